@@ -1,0 +1,1 @@
+"""geopubsub command-line tools: workload generator (`gen`) and benchmarks (`bench`)."""

@@ -1,0 +1,32 @@
+"""The ``geopubsub`` console script: one argparse tree, each sub-command registered by its module."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from shard.errors import GeoPubSubError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from geopubsub import bench, gen
+
+    parser = argparse.ArgumentParser(prog="geopubsub", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    gen.register(sub)
+    bench.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except GeoPubSubError as exc:
+        print(f"geopubsub: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""The one exception hierarchy of geopubsub.
+
+::
+
+    GeoPubSubError
+    ├── ValidationError        bad input; names the field and the value  -> INVALID_ARGUMENT
+    │   └── ExpressionError    a keyword expression that does not parse  -> INVALID_ARGUMENT
+    ├── NotFoundError          an unknown id                             -> NOT_FOUND
+    ├── UnavailableError       a shard or Redis cannot be reached        -> UNAVAILABLE
+    └── OverloadedError        backpressure: a bounded queue is full     -> RESOURCE_EXHAUSTED
+
+The mapping to gRPC status codes lives in one place in the coordinator.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class GeoPubSubError(Exception):
+    """Base of every error geopubsub raises on purpose."""
+
+
+class ValidationError(GeoPubSubError, ValueError):
+    """Invalid input. ``field`` is a dotted path (``rect[2]``, ``keywords[0]``), ``value`` the bad value.
+
+    >>> str(ValidationError("rect[0]", 200.0, "longitude must be in [-180, 180]"))
+    'rect[0]=200.0: longitude must be in [-180, 180]'
+    """
+
+    def __init__(self, field: str, value: Any, reason: str) -> None:
+        self.field = field
+        self.value = value
+        self.reason = reason
+        super().__init__(f"{field}={_show(value)}: {reason}")
+
+
+class ExpressionError(ValidationError):
+    """A keyword expression (``expr``) that cannot be parsed or is too large."""
+
+
+class NotFoundError(GeoPubSubError, KeyError):
+    """An id that is not known (``kind`` is e.g. ``subscription``)."""
+
+    def __init__(self, kind: str, ident: str) -> None:
+        self.kind = kind
+        self.ident = ident
+        super().__init__(f"{kind} {ident!r} not found")
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return f"{self.kind} {self.ident!r} not found"
+
+
+class UnavailableError(GeoPubSubError):
+    """A shard or Redis could not be reached."""
+
+
+class OverloadedError(GeoPubSubError):
+    """A bounded buffer is full; the caller should retry later."""
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
