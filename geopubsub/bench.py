@@ -1,0 +1,363 @@
+"""``geopubsub bench``: benchmarks as commands (never timed tests).
+
+* ``bench match``    build an index over a subscription file and match a message file;
+                     the brute-force baseline runs beside it on a sample, with both hit counts.
+* ``bench update``   subscribe / unsubscribe throughput on a built tree.
+* ``bench maintain`` the paper's Fig. 17 case: build on a share, insert the rest, compare
+                     matching speed with a fresh build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from shard.aptree import APTree
+from shard.brute import BruteMatcher
+from shard.errors import ValidationError
+from shard.model import Message, Subscription
+from shard.workload import read_messages, read_subscriptions
+
+MATCH_BATCH = 1024
+"""Messages per ``match_batch`` call in the benchmark, like the shard's micro-batches."""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    bench = sub.add_parser("bench", help="benchmarks (see docs/BENCHMARKS.md)")
+    kinds = bench.add_subparsers(dest="bench", required=True)
+
+    m = kinds.add_parser("match", help="build an index and match every message")
+    _common(m)
+    m.add_argument("--msgs", required=True, type=Path, help="messages, JSON Lines")
+    m.add_argument("--index", choices=["aptree", "brute"], default="aptree")
+    m.add_argument("--out", type=Path, help="write msg_id<TAB>sub_id per match")
+    m.add_argument("--sample", type=int, default=0, help="match only the first N messages (0: all)")
+    m.add_argument(
+        "--baseline-sample",
+        type=int,
+        default=200,
+        help="with --index aptree, also run brute force on the first N messages (0: skip)",
+    )
+    m.add_argument(
+        "--message-sample",
+        type=int,
+        default=0,
+        help="build with hit probabilities from the first N messages",
+    )
+    m.set_defaults(func=run_match)
+
+    u = kinds.add_parser("update", help="subscribe/unsubscribe throughput on a built tree")
+    _common(u)
+    u.add_argument("--ops", type=int, default=20000, help="operations of each kind")
+    u.add_argument("--seed", type=int, default=1)
+    u.set_defaults(func=run_update)
+
+    f = kinds.add_parser(
+        "maintain", help="Fig. 17: build on a share, insert the rest, compare with a fresh build"
+    )
+    _common(f)
+    f.add_argument("--msgs", required=True, type=Path)
+    f.add_argument("--initial-share", type=float, default=0.2)
+    f.add_argument("--sample", type=int, default=0)
+    f.set_defaults(func=run_maintain)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--subs", required=True, type=Path, help="subscriptions, JSON Lines")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
+    p.add_argument("--strict", action="store_true", help="a bad input line is fatal")
+    p.add_argument("--fanout", type=int, default=None)
+    p.add_argument("--theta-p", type=int, default=None)
+    p.add_argument("--keyword-partition", choices=["heuristic", "optimal"], default="heuristic")
+
+
+def _tree_options(args) -> dict:
+    opts: dict = {"keyword_partition": args.keyword_partition}
+    if args.fanout is not None:
+        opts["fanout"] = args.fanout
+    if args.theta_p is not None:
+        opts["theta_p"] = args.theta_p
+    return opts
+
+
+def _log(args, text: str) -> None:
+    if not args.json:
+        print(text, file=sys.stderr, flush=True)
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _progress(items: Iterator, args, what: str, every: int = 250_000) -> Iterator:
+    t0 = time.perf_counter()
+    n = 0
+    for n, item in enumerate(items, 1):
+        if n % every == 0:
+            dt = time.perf_counter() - t0
+            _log(args, f"  {what}: {n:,} ({n / dt:,.0f}/s)")
+        yield item
+
+
+def _read_subs(args, errors: list[str]) -> Iterator[Subscription]:
+    if not args.subs.exists():
+        raise ValidationError("--subs", str(args.subs), "no such file")
+    return _progress(
+        read_subscriptions(args.subs, strict=args.strict, errors=errors), args, "subscriptions read"
+    )
+
+
+def _read_msgs(args, errors: list[str], limit: int = 0) -> list[Message]:
+    if not args.msgs.exists():
+        raise ValidationError("--msgs", str(args.msgs), "no such file")
+    out = []
+    for m in read_messages(args.msgs, strict=args.strict, errors=errors):
+        out.append(m)
+        if limit and len(out) >= limit:
+            break
+    return out
+
+
+def _report_bad(args, errors: list[str]) -> None:
+    for e in errors[:10]:
+        _log(args, f"  skipped {e}")
+    if len(errors) > 10:
+        _log(args, f"  ... and {len(errors) - 10} more bad lines")
+
+
+def _warm_up() -> None:
+    """Compile (or load from numba's cache) every kernel before anything is timed."""
+    from shard.model import Point, Rect
+
+    subs = [
+        Subscription(f"w{i}", (("a", f"b{i % 7}"),), Rect(i % 10, 0, i % 10 + 1, 1))
+        for i in range(200)
+    ]
+    t = APTree.build(subs, theta_p=8, fanout=16)
+    t.match_batch(
+        [Message("m", ("a", "b1"), Point(0.5, 0.5)), Message("n", ("a",), Rect(0, 0, 3, 3))]
+    )
+    t.subscribe(Subscription("x", (("a",),), Rect(0, 0, 1, 1)))
+    t.unsubscribe("x")
+
+
+def _match_all(index, msgs: list[Message], args) -> tuple[float, list[tuple[str, str]] | int]:
+    """Match in batches; returns (seconds, pairs list if --out else count)."""
+    want_pairs = getattr(args, "out", None) is not None
+    pairs: list[tuple[str, str]] = []
+    count = 0
+    t0 = time.perf_counter()
+    last = t0
+    for i in range(0, len(msgs), MATCH_BATCH):
+        batch = msgs[i : i + MATCH_BATCH]
+        result = index.match_batch(batch)
+        for m, ids in zip(batch, result, strict=True):
+            count += len(ids)
+            if want_pairs:
+                pairs.extend((m.id, s) for s in ids)
+        now = time.perf_counter()
+        if now - last > 5:
+            _log(args, f"  matched {i + len(batch):,}/{len(msgs):,} messages")
+            last = now
+    return time.perf_counter() - t0, (pairs if want_pairs else count)
+
+
+def run_match(args) -> int:
+    errors: list[str] = []
+    _warm_up()
+    t0 = time.perf_counter()
+    msgs = _read_msgs(args, errors, args.sample)
+    sample_msgs = msgs[: args.message_sample] if args.message_sample else None
+    if args.index == "aptree":
+        tree = APTree(**_tree_options(args))
+        tree.store.add_bulk(_read_subs(args, errors))
+        load_s = time.perf_counter() - t0
+        _log(
+            args,
+            f"loaded {len(tree):,} subscriptions, {len(msgs):,} messages in {load_s:.1f} s; building",
+        )
+        t1 = time.perf_counter()
+        tree.rebuild(message_sample=sample_msgs)
+        build_s = time.perf_counter() - t1
+        index = tree
+        n_subs = len(tree)
+    else:
+        index = BruteMatcher(_read_subs(args, errors))
+        load_s = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        index._refresh()
+        build_s = time.perf_counter() - t1
+        n_subs = len(index)
+    _report_bad(args, errors)
+    _log(args, f"built {args.index} over {n_subs:,} subscriptions in {build_s:.2f} s; matching")
+    match_s, result = _match_all(index, msgs, args)
+    pairs = len(result) if isinstance(result, list) else result
+    if args.out is not None:
+        with open(args.out, "w", encoding="utf-8") as fh:
+            for m, s in result:  # type: ignore[union-attr]
+                fh.write(f"{m}\t{s}\n")
+    n = max(len(msgs), 1)
+    report = {
+        "index": args.index,
+        "n_subs": n_subs,
+        "n_msgs": len(msgs),
+        "build_s": round(build_s, 3),
+        "load_s": round(load_s, 3),
+        "match_s": round(match_s, 4),
+        "us_per_msg": round(match_s / n * 1e6, 2),
+        "msgs_per_s": round(len(msgs) / match_s, 1) if match_s > 0 else None,
+        "pairs": pairs,
+        "bad_lines": len(errors),
+        "peak_rss_mb": round(_peak_rss_mb(), 1),
+    }
+    if args.index == "aptree" and args.baseline_sample > 0 and msgs:
+        report["baseline"] = _baseline(args, index, msgs[: args.baseline_sample], report)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        _print_summary(report)
+    return 0
+
+
+def _baseline(args, tree: APTree, msgs: list[Message], report: dict) -> dict:
+    """Brute force on a sample in the same run, with hit counts of both on that sample."""
+    _log(args, f"brute-force baseline on {len(msgs)} messages")
+    brute = BruteMatcher(_read_subs(args, []))
+    brute._refresh()
+    t0 = time.perf_counter()
+    expected = brute.match_batch(msgs)
+    brute_s = time.perf_counter() - t0
+    got = tree.match_batch(msgs)
+    agree = all(sorted(a) == sorted(b) for a, b in zip(expected, got, strict=True))
+    brute_us = brute_s / len(msgs) * 1e6
+    return {
+        "n_msgs": len(msgs),
+        "brute_us_per_msg": round(brute_us, 1),
+        "brute_pairs": sum(map(len, expected)),
+        "aptree_pairs": sum(map(len, got)),
+        "identical": agree,
+        "speedup": round(brute_us / report["us_per_msg"], 1) if report["us_per_msg"] else None,
+    }
+
+
+def _print_summary(r: dict) -> None:
+    print(f"index          {r['index']}")
+    print(f"subscriptions  {r['n_subs']:,}   messages {r['n_msgs']:,}   bad lines {r['bad_lines']}")
+    print(f"load           {r['load_s']:.2f} s (read + validate + columns)")
+    print(f"build          {r['build_s']:.2f} s")
+    print(
+        f"match          {r['match_s']:.3f} s   {r['us_per_msg']:.1f} us/msg   {r['msgs_per_s'] or 0:,.0f} msgs/s"
+    )
+    print(f"matches        {r['pairs']:,} pairs")
+    if "baseline" in r:
+        b = r["baseline"]
+        print(
+            f"brute force    {b['brute_us_per_msg']:,.0f} us/msg on {b['n_msgs']} msgs -> AP-Tree is {b['speedup']}x faster; "
+            f"pairs brute {b['brute_pairs']} / aptree {b['aptree_pairs']} ({'identical' if b['identical'] else 'DIFFERENT'})"
+        )
+    print(f"peak RSS       {r['peak_rss_mb']:,.0f} MB")
+
+
+def run_update(args) -> int:
+    errors: list[str] = []
+    _warm_up()
+    subs = list(_read_subs(args, errors))
+    if not subs:
+        raise ValidationError("--subs", str(args.subs), "holds no valid subscription")
+    rng = random.Random(args.seed)
+    tree = APTree(**_tree_options(args))
+    tree.store.add_bulk(iter(subs))
+    t0 = time.perf_counter()
+    tree.rebuild()
+    build_s = time.perf_counter() - t0
+    k = min(args.ops, len(subs))
+    victims = rng.sample(subs, k)
+    t0 = time.perf_counter()
+    for s in victims:
+        tree.unsubscribe(s.id)
+    unsub_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for s in victims:
+        tree.subscribe(s)
+    sub_s = time.perf_counter() - t0
+    report = {
+        "n_subs": len(tree),
+        "ops": k,
+        "build_s": round(build_s, 2),
+        "unsubscribe_per_s": round(k / unsub_s, 0),
+        "subscribe_per_s": round(k / sub_s, 0),
+        "unsubscribe_us": round(unsub_s / k * 1e6, 1),
+        "subscribe_us": round(sub_s / k * 1e6, 1),
+        "stats": tree.stats(),
+        "peak_rss_mb": round(_peak_rss_mb(), 1),
+    }
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(f"tree of {report['n_subs']:,} subscriptions (built in {build_s:.1f} s)")
+        print(
+            f"unsubscribe    {report['unsubscribe_per_s']:,.0f} ops/s ({report['unsubscribe_us']} us each, {k:,} ops)"
+        )
+        print(
+            f"subscribe      {report['subscribe_per_s']:,.0f} ops/s ({report['subscribe_us']} us each, {k:,} ops)"
+        )
+        print(f"peak RSS       {report['peak_rss_mb']:,.0f} MB")
+    return 0
+
+
+def run_maintain(args) -> int:
+    if not 0 < args.initial_share <= 1:
+        raise ValidationError("--initial-share", args.initial_share, "must be in (0, 1]")
+    errors: list[str] = []
+    _warm_up()
+    subs = list(_read_subs(args, errors))
+    msgs = _read_msgs(args, errors, args.sample)
+    k = int(len(subs) * args.initial_share)
+    t0 = time.perf_counter()
+    grown = APTree.build(iter(subs[:k]), **_tree_options(args))
+    build_part_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for s in subs[k:]:
+        grown.subscribe(s)
+    insert_s = time.perf_counter() - t0
+    grown_match_s, grown_pairs = _match_all(grown, msgs, args)
+    t0 = time.perf_counter()
+    fresh = APTree.build(iter(subs), **_tree_options(args))
+    fresh_s = time.perf_counter() - t0
+    fresh_match_s, fresh_pairs = _match_all(fresh, msgs, args)
+    n = max(len(msgs), 1)
+    report = {
+        "n_subs": len(subs),
+        "initial": k,
+        "inserted": len(subs) - k,
+        "build_initial_s": round(build_part_s, 2),
+        "insert_s": round(insert_s, 2),
+        "insert_per_s": round((len(subs) - k) / insert_s, 0) if insert_s else None,
+        "grown_us_per_msg": round(grown_match_s / n * 1e6, 2),
+        "fresh_build_s": round(fresh_s, 2),
+        "fresh_us_per_msg": round(fresh_match_s / n * 1e6, 2),
+        "grown_pairs": grown_pairs,
+        "fresh_pairs": fresh_pairs,
+        "grown_stats": grown.stats(),
+        "fresh_stats": fresh.stats(),
+        "peak_rss_mb": round(_peak_rss_mb(), 1),
+    }
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(
+            f"built on {k:,}, inserted {len(subs) - k:,} in {insert_s:.1f} s ({report['insert_per_s']:,.0f}/s)"
+        )
+        print(
+            f"grown tree     {report['grown_us_per_msg']} us/msg  ({grown_pairs:,} pairs, {grown.stats()['rebuilds']} rebuilds)"
+        )
+        print(
+            f"fresh build    {report['fresh_us_per_msg']} us/msg  ({fresh_pairs:,} pairs, built in {fresh_s:.1f} s)"
+        )
+    return 0

@@ -1,0 +1,1 @@
+"""PySpark bulk loader of subscriptions (issue [4/4])."""

@@ -1,0 +1,106 @@
+"""Array layout of the AP-Tree: node fields, pool indices and the tuning defaults.
+
+The tree lives in a handful of numpy arrays (a "tree tuple") so that numba kernels can build,
+walk and mutate it without Python objects per node:
+
+* ``NI[node, field]`` int64 node fields (below), ``NF[node, 0:4]`` the node's region;
+* ``CH`` child node per cut/cell, ``CLO``/``CHI`` the keyword interval of each k-node cut,
+  ``WOLD``/``WCUR`` the weight of each cut/cell at construction / now (for KL divergence),
+  all four aligned with ``CH``;
+* ``BND`` the s-node grid boundaries (``NX + 1`` x values then ``NY + 1`` y values);
+* ``LI`` the s-lists of the leaves (clause ids), each leaf a ``[LOFF, LOFF + LCAP)`` slice;
+* ``FREE`` recycled node ids; ``CNT`` counters (below).
+"""
+
+from __future__ import annotations
+
+# ---- node types -------------------------------------------------------------------------
+LEAF = 0
+KNODE = 1
+SNODE = 2
+FREED = -1
+
+# ---- NI fields --------------------------------------------------------------------------
+F_TYPE = 0
+F_L = 1  # keyword offset: a k-node partitions on each clause's term number L (0-based)
+F_KP = 2  # may this subtree still partition by keyword?
+F_SP = 3  # ... by space?
+F_PARENT = 4
+F_SIZE = 5  # leaf entries in the subtree (a clause replicated over cells counts per cell)
+F_CHOFF = 6
+F_NCH = 7
+F_DUMMY = 8  # dummy cut / dummy cell child, -1 when absent
+F_BOFF = 9
+F_NX = 10
+F_NY = 11
+F_LOFF = 12
+F_LLEN = 13
+F_LCAP = 14
+F_WD_OLD = 15  # dummy weight at construction
+F_WD_CUR = 16  # dummy weight now
+F_NUPD = 17  # updates routed through the node since its last KL check
+F_DEPTH = 18
+F_NBUILT = 19  # F_SIZE when the node was (re)built
+N_FIELDS = 20
+
+# ---- tree tuple indices -----------------------------------------------------------------
+T_NI, T_NF, T_CH, T_CLO, T_CHI, T_WOLD, T_WCUR, T_BND, T_LI, T_FREE, T_CNT = range(11)
+
+# ---- CNT counters -----------------------------------------------------------------------
+C_NODES = 0  # node ids handed out (high-water mark)
+C_CH = 1  # used length of CH/CLO/CHI/WOLD/WCUR
+C_BND = 2
+C_LI = 3
+C_FREE = 4  # ids on the FREE stack
+C_ROOT = 5
+C_GARBAGE = 6  # pool slots orphaned by rebuilds and leaf moves
+C_REBUILDS = 7  # KL-triggered subtree reconstructions
+C_SPLITS = 8  # leaf splits
+C_COLLAPSES = 9
+N_COUNTERS = 10
+
+# ---- parameter vector indices (float64 array handed to the kernels) --------------------
+P_FANOUT = 0
+P_THETA_P = 1
+P_THETA_KL = 2
+P_KL_MIN_SIZE = 3  # absolute entry count below which a node is never KL-rebuilt
+P_KEYWORD_DP = 4  # 1.0: optimal DP keyword partition (Alg. 2), 0.0: heuristic (Alg. 3)
+P_MAX_DEPTH = 5
+P_MSG_SAMPLE = 6  # 1.0: hit probabilities come from a message sample
+P_KL_CHECK_FRACTION = 7
+P_MAX_SPAN = 8  # an s-node sends a region meeting more cells than this to its dummy cell
+N_PARAMS = 9
+
+# ---- defaults ---------------------------------------------------------------------------
+DEFAULT_FANOUT = 200
+"""f, cuts per k-node and cells per s-node (s-nodes use a floor(sqrt f) square grid).
+The paper's tuned value (Sect. 5.1.2, Fig. 10a)."""
+
+DEFAULT_THETA_P = 40
+"""θp, a node with fewer subscriptions is a leaf. The paper's value (Sect. 5.1.2, Fig. 10b)."""
+
+DEFAULT_THETA_KL = 0.001
+"""θKL, KL-divergence of a node's cut/cell weights that triggers its reconstruction (paper)."""
+
+DEFAULT_KL_MIN_FRACTION = 0.001
+"""Only subtrees holding at least this share of all entries (0.1 %) are KL-checked (issue [1/4])."""
+
+DEFAULT_KL_CHECK_FRACTION = 0.05
+"""A node's KL divergence is recomputed after updates amounting to this share of its size
+(at least θp updates): the check costs O(f), so this amortises it to O(f / (0.05 size)) per update."""
+
+DEFAULT_MAX_SPAN = 4
+"""An s-node stores a subscription in every cell its region meets, unless it meets more than this
+many cells: then it goes to the dummy cell with the regions that contain the node (and is
+partitioned by keyword only below). Matching stays exact since leaves verify every region; the
+bound keeps replication, memory and update cost in check (see docs/BENCHMARKS.md)."""
+
+DEFAULT_MAX_DEPTH = 32
+"""Safety bound on tree depth; a node this deep is a leaf whatever the cost model says."""
+
+DEFAULT_DP_MAX_KEYWORDS = 2048
+"""The optimal keyword partition (Alg. 2) costs O(f |V|^2); at nodes with more distinct keywords
+than this the heuristic (Alg. 3) is used instead."""
+
+DEFAULT_SPATIAL_CANDIDATES = 512
+"""The spatial heuristic tries at most this many boundary positions per boundary and pass."""

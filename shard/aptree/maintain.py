@@ -1,0 +1,364 @@
+"""Dynamic maintenance of the AP-Tree (Sect. 3.3.5), compiled.
+
+``insert_clauses`` / ``delete_clauses`` route clauses down exactly as construction placed them
+(k-node: the cut holding the clause's L-th keyword, or the dummy cut when it has none; s-node: the
+dummy cell when the region contains the node, else every overlapping cell), update s-lists, subtree
+sizes and the current cut/cell weights, and report nodes that need work:
+
+* a leaf above θp (and above twice its size at its last build) is split;
+* an internal node holding at least ``P_KL_MIN_SIZE`` entries whose cut/cell weights drifted from
+  those at construction by more than θKL (KL divergence) is reconstructed;
+* the topmost node whose subtree fell below θp is collapsed into a leaf.
+
+All three are done by ``rebuild_node``: collect the node's distinct clauses, recycle its
+descendants, run construction (Alg. 4) at the node again.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+from numba.typed import List
+
+from shard.aptree.build import (
+    MIN_LEAF_CAP,
+    alloc_node,
+    build_subtree,
+    collect_and_free,
+    contains_region,
+    ensure_li,
+    ensure_nodes,
+    init_node,
+    make_leaf,
+)
+from shard.aptree.layout import (
+    C_GARBAGE,
+    C_LI,
+    C_REBUILDS,
+    C_ROOT,
+    F_BOFF,
+    F_CHOFF,
+    F_DEPTH,
+    F_DUMMY,
+    F_KP,
+    F_L,
+    F_LCAP,
+    F_LLEN,
+    F_LOFF,
+    F_NBUILT,
+    F_NCH,
+    F_NUPD,
+    F_NX,
+    F_NY,
+    F_PARENT,
+    F_SIZE,
+    F_SP,
+    F_TYPE,
+    F_WD_CUR,
+    F_WD_OLD,
+    FREED,
+    KNODE,
+    LEAF,
+    P_KL_CHECK_FRACTION,
+    P_KL_MIN_SIZE,
+    P_MAX_SPAN,
+    P_THETA_KL,
+    P_THETA_P,
+)
+from shard.aptree.partition import cell_range
+
+KL_SMOOTHING = 0.5
+"""Pseudo-count added to every cut/cell weight before the KL divergence, so that an empty cell
+(weight 0 at construction or now) gives a finite divergence."""
+
+
+@njit(cache=True)
+def kl_divergence(T, u):
+    """D_KL(w_old || w_cur) over the cuts/cells and the dummy of internal node ``u``. O(f)."""
+    NI = T[0]
+    off = NI[u, F_CHOFF]
+    n = NI[u, F_NCH]
+    WOLD = T[5]
+    WCUR = T[6]
+    so = NI[u, F_WD_OLD] + KL_SMOOTHING
+    sc = NI[u, F_WD_CUR] + KL_SMOOTHING
+    for k in range(off, off + n):
+        so += WOLD[k] + KL_SMOOTHING
+        sc += WCUR[k] + KL_SMOOTHING
+    po = (NI[u, F_WD_OLD] + KL_SMOOTHING) / so
+    pc = (NI[u, F_WD_CUR] + KL_SMOOTHING) / sc
+    d = po * np.log(po / pc)
+    for k in range(off, off + n):
+        po = (WOLD[k] + KL_SMOOTHING) / so
+        pc = (WCUR[k] + KL_SMOOTHING) / sc
+        d += po * np.log(po / pc)
+    return d
+
+
+@njit(cache=True)
+def _new_leaf_child(T, parent, l, kp, sp, x0, y0, x1, y1):
+    T = ensure_nodes(T, 1)
+    child = alloc_node(T)
+    init_node(T, child, parent, l, kp, sp, T[0][parent, F_DEPTH] + 1, x0, y0, x1, y1)
+    T = make_leaf(T, child, np.empty(0, np.int32))
+    return T, child
+
+
+@njit(cache=True)
+def _note_update(T, params, u, todo):
+    """Count an update at internal node u; queue it for reconstruction when its KL check fires."""
+    NI = T[0]
+    NI[u, F_NUPD] += 1
+    if NI[u, F_SIZE] < params[P_KL_MIN_SIZE]:
+        return
+    every = max(params[P_THETA_P], params[P_KL_CHECK_FRACTION] * NI[u, F_NBUILT])
+    if NI[u, F_NUPD] >= every:
+        NI[u, F_NUPD] = 0
+        if kl_divergence(T, u) > params[P_THETA_KL]:
+            todo.append(u)
+
+
+@njit(cache=True)
+def _route(T, S, params, c, delta, todo):
+    """Route clause c from the root; delta=+1 inserts it into every leaf it belongs to, -1 removes it."""
+    bbox = S[1]
+    s = S[3][c]
+    cl_off = S[4]
+    cl_len = S[5]
+    terms = S[6]
+    theta_p = params[P_THETA_P]
+    stack = List()
+    stack.append(T[10][C_ROOT])
+    while len(stack) > 0:
+        u = stack.pop()
+        NI = T[0]
+        typ = NI[u, F_TYPE]
+        if typ == LEAF:
+            if delta > 0:
+                T = _leaf_append(T, u, c)
+                NI = T[0]
+                if (
+                    NI[u, F_LLEN] > theta_p
+                    and NI[u, F_LLEN] > 2 * NI[u, F_NBUILT]
+                    and (NI[u, F_KP] == 1 or NI[u, F_SP] == 1)
+                ):
+                    todo.append(u)
+            else:
+                _leaf_remove(T, u, c)
+            p = u
+            while p >= 0:
+                NI[p, F_SIZE] += delta
+                p = NI[p, F_PARENT]
+            if delta < 0:
+                # collapse the topmost ancestor that fell below θp
+                top = -1
+                p = NI[u, F_PARENT]
+                while p >= 0:
+                    if NI[p, F_SIZE] < theta_p:
+                        top = p
+                    p = NI[p, F_PARENT]
+                if top >= 0:
+                    todo.append(top)
+            continue
+        NF = T[1]
+        off = NI[u, F_CHOFF]
+        if typ == KNODE:
+            l = NI[u, F_L]
+            if cl_len[c] <= l:
+                NI[u, F_WD_CUR] += delta
+                d = NI[u, F_DUMMY]
+                if d < 0:
+                    T, d = _new_leaf_child(
+                        T, u, l + 1, 0, NI[u, F_SP], NF[u, 0], NF[u, 1], NF[u, 2], NF[u, 3]
+                    )
+                    NI = T[0]
+                    NI[u, F_DUMMY] = d
+                stack.append(d)
+            else:
+                w = terms[cl_off[c] + l]
+                nch = NI[u, F_NCH]
+                CLO = T[3]
+                CHI = T[4]
+                lo = 0
+                hi = nch - 1
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    if CLO[off + mid] <= w:
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                # a keyword between two cuts joins the cut before it (or the first cut)
+                if w < CLO[off + lo]:
+                    CLO[off + lo] = w
+                elif w > CHI[off + lo]:
+                    CHI[off + lo] = w
+                T[6][off + lo] += delta
+                child = T[2][off + lo]
+                if child < 0:
+                    child_l = l if CLO[off + lo] != CHI[off + lo] else l + 1
+                    T, child = _new_leaf_child(
+                        T,
+                        u,
+                        child_l,
+                        NI[u, F_KP],
+                        NI[u, F_SP],
+                        NF[u, 0],
+                        NF[u, 1],
+                        NF[u, 2],
+                        NF[u, 3],
+                    )
+                    NI = T[0]
+                    T[2][off + lo] = child
+                stack.append(child)
+        else:
+            boff = NI[u, F_BOFF]
+            nx = NI[u, F_NX]
+            ny = NI[u, F_NY]
+            BND = T[7]
+            x0, x1 = cell_range(BND, boff, nx, max(bbox[s, 0], NF[u, 0]), min(bbox[s, 2], NF[u, 2]))
+            y0, y1 = cell_range(
+                BND, boff + nx + 1, ny, max(bbox[s, 1], NF[u, 1]), min(bbox[s, 3], NF[u, 3])
+            )
+            if (
+                contains_region(bbox, s, NF, u)
+                or (x1 - x0 + 1) * (y1 - y0 + 1) > params[P_MAX_SPAN]
+            ):
+                NI[u, F_WD_CUR] += delta
+                d = NI[u, F_DUMMY]
+                if d < 0:
+                    T, d = _new_leaf_child(
+                        T, u, NI[u, F_L], NI[u, F_KP], 0, NF[u, 0], NF[u, 1], NF[u, 2], NF[u, 3]
+                    )
+                    NI = T[0]
+                    NI[u, F_DUMMY] = d
+                stack.append(d)
+            else:
+                for a in range(x0, x1 + 1):
+                    for b in range(y0, y1 + 1):
+                        k = off + a * ny + b
+                        T[6][k] += delta
+                        child = T[2][k]
+                        if child < 0:
+                            BND = T[7]
+                            T, child = _new_leaf_child(
+                                T,
+                                u,
+                                NI[u, F_L],
+                                NI[u, F_KP],
+                                1,
+                                BND[boff + a],
+                                BND[boff + nx + 1 + b],
+                                BND[boff + a + 1],
+                                BND[boff + nx + 2 + b],
+                            )
+                            NI = T[0]
+                            T[2][k] = child
+                        stack.append(np.int64(child))
+        _note_update(T, params, u, todo)
+    return T
+
+
+@njit(cache=True)
+def _leaf_append(T, u, c):
+    NI = T[0]
+    n = NI[u, F_LLEN]
+    if n == NI[u, F_LCAP]:
+        cap = max(MIN_LEAF_CAP, 2 * n)
+        T = ensure_li(T, cap)
+        NI = T[0]
+        LI = T[8]
+        off = T[10][C_LI]
+        T[10][C_LI] += cap
+        old = NI[u, F_LOFF]
+        LI[off : off + n] = LI[old : old + n]
+        T[10][C_GARBAGE] += NI[u, F_LCAP]
+        NI[u, F_LOFF] = off
+        NI[u, F_LCAP] = cap
+    T[8][NI[u, F_LOFF] + n] = c
+    NI[u, F_LLEN] = n + 1
+    return T
+
+
+@njit(cache=True)
+def _leaf_remove(T, u, c):
+    NI = T[0]
+    LI = T[8]
+    off = NI[u, F_LOFF]
+    n = NI[u, F_LLEN]
+    for i in range(off, off + n):
+        if LI[i] == c:
+            LI[i] = LI[off + n - 1]
+            LI[off + n - 1] = -1
+            NI[u, F_LLEN] = n - 1
+            return
+    raise AssertionError("clause missing from the leaf it routes to")
+
+
+@njit(cache=True)
+def insert_clauses(T, S, params, clauses):
+    """Insert clause ids; returns (tree, nodes to rebuild). O(depth + cells touched) per clause."""
+    todo = List()
+    todo.append(np.int64(0))
+    todo.pop()
+    for c in clauses:
+        T = _route(T, S, params, c, 1, todo)
+    return T, _unique_todo(todo)
+
+
+@njit(cache=True)
+def delete_clauses(T, S, params, clauses):
+    """Delete clause ids; returns (tree, nodes to rebuild or collapse)."""
+    todo = List()
+    todo.append(np.int64(0))
+    todo.pop()
+    for c in clauses:
+        T = _route(T, S, params, c, -1, todo)
+    return T, _unique_todo(todo)
+
+
+@njit(cache=True)
+def _unique_todo(todo):
+    a = np.empty(len(todo), np.int64)
+    for i in range(len(todo)):
+        a[i] = todo[i]
+    return np.unique(a)
+
+
+@njit(cache=True)
+def rebuild_nodes(T, S, PW, SPX, SPY, params, nodes):
+    """Rebuild each still-live node of ``nodes``, shallowest first, skipping nodes under one
+    already rebuilt (their ids may have been recycled). Returns (tree, rebuilt count)."""
+    NI = T[0]
+    depth = np.empty(nodes.shape[0], np.int64)
+    for i in range(nodes.shape[0]):
+        depth[i] = NI[nodes[i], F_DEPTH] if NI[nodes[i], F_TYPE] != FREED else 1 << 40
+    order = np.argsort(depth, kind="mergesort")
+    done = List()
+    done.append(np.int64(0))
+    done.pop()
+    for i in order:
+        u = nodes[i]
+        NI = T[0]
+        if NI[u, F_TYPE] == FREED or NI[u, F_DEPTH] != depth[i]:
+            continue
+        covered = False
+        p = NI[u, F_PARENT]
+        while p >= 0 and not covered:
+            for v in done:
+                if v == p:
+                    covered = True
+                    break
+            p = NI[p, F_PARENT]
+        if covered:
+            continue
+        old = NI[u, F_SIZE]
+        T, items = collect_and_free(T, u)
+        T, new = build_subtree(T, S, PW, SPX, SPY, params, u, items)
+        NI = T[0]
+        p = NI[u, F_PARENT]
+        while p >= 0:
+            NI[p, F_SIZE] += new - old
+            p = NI[p, F_PARENT]
+        done.append(u)
+    T[10][C_REBUILDS] += len(done)
+    return T, len(done)

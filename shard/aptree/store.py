@@ -1,0 +1,318 @@
+"""Columnar storage of subscriptions for the AP-Tree: one row per subscription slot, one per DNF
+clause, a pool of interned term ids. No Python object is kept per subscription except its id string.
+
+Term ids are ranks in the global keyword order (0 = first). ``reorder_terms`` renumbers them after
+a bulk load; terms first seen later are appended at the end of the order.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable
+
+import numpy as np
+from numba import njit
+
+from shard.errors import NotFoundError
+from shard.geometry import region_columns
+from shard.model import Subscription
+
+
+@njit(cache=True)
+def _sort_clause_terms(cl_off, cl_len, terms, n_clauses):
+    for c in range(n_clauses):
+        a = cl_off[c]
+        b = a + cl_len[c]
+        if b - a > 1:
+            terms[a:b] = np.sort(terms[a:b])
+
+
+class SubscriptionStore:
+    """Subscriptions as columns.
+
+    Slots: ``kind`` (0 rect, 1 circle), ``bbox`` [n, 4], ``circ`` [n, 3] (lon, lat, radius m),
+    ``first_clause``/``n_clauses``. Clauses: ``cl_sub`` (slot), ``cl_off``/``cl_len`` into
+    ``terms`` (term ids ascending). Freed slots and clause blocks are recycled.
+    """
+
+    def __init__(self, slot_cap: int = 1024, clause_cap: int = 1024, term_cap: int = 4096) -> None:
+        self.kind = np.zeros(slot_cap, np.int8)
+        self.bbox = np.zeros((slot_cap, 4), np.float64)
+        self.circ = np.zeros((slot_cap, 3), np.float64)
+        self.first_clause = np.full(slot_cap, -1, np.int64)
+        self.n_clauses = np.zeros(slot_cap, np.int32)
+        self.cl_sub = np.full(clause_cap, -1, np.int32)
+        self.cl_off = np.zeros(clause_cap, np.int64)
+        self.cl_len = np.zeros(clause_cap, np.int32)
+        self.terms = np.zeros(term_cap, np.int32)
+        self.n_slots = 0
+        self.n_clause_rows = 0
+        self.n_terms = 0
+        self.term_garbage = 0
+        self.ids: list[str | None] = []
+        self.slot_of: dict[str, int] = {}
+        self.free_slots: list[int] = []
+        self.free_clauses: dict[int, list[int]] = {}
+        self.vocab: dict[str, int] = {}
+        self.vocab_terms: list[str] = []
+        self.moving = np.zeros(slot_cap, np.bool_)
+
+    # ---- sizes --------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.slot_of)
+
+    def columns(self):
+        """The tuple the kernels take: (kind, bbox, circ, cl_sub, cl_off, cl_len, terms)."""
+        return (self.kind, self.bbox, self.circ, self.cl_sub, self.cl_off, self.cl_len, self.terms)
+
+    # ---- vocabulary -----------------------------------------------------------------------
+    def term_id(self, term: str) -> int:
+        tid = self.vocab.get(term)
+        if tid is None:
+            tid = len(self.vocab_terms)
+            self.vocab[term] = tid
+            self.vocab_terms.append(term)
+        return tid
+
+    def encode_terms(self, terms: Iterable[str]) -> list[int]:
+        """Known term ids of a message's terms, ascending; unknown terms cannot match and are dropped."""
+        get = self.vocab.get
+        ids = [t for t in map(get, terms) if t is not None]
+        ids.sort()
+        return ids
+
+    # ---- growth ---------------------------------------------------------------------------
+    def _grow_slots(self, need: int) -> None:
+        cap = self.kind.shape[0]
+        if need <= cap:
+            return
+        cap = max(need, 2 * cap)
+        self.kind = _resized(self.kind, cap)
+        self.bbox = _resized(self.bbox, cap)
+        self.circ = _resized(self.circ, cap)
+        self.first_clause = _resized(self.first_clause, cap, -1)
+        self.n_clauses = _resized(self.n_clauses, cap)
+        self.moving = _resized(self.moving, cap)
+
+    def _grow_clauses(self, need: int) -> None:
+        cap = self.cl_sub.shape[0]
+        if need <= cap:
+            return
+        cap = max(need, 2 * cap)
+        self.cl_sub = _resized(self.cl_sub, cap, -1)
+        self.cl_off = _resized(self.cl_off, cap)
+        self.cl_len = _resized(self.cl_len, cap)
+
+    def _grow_terms(self, need: int) -> None:
+        if need <= self.terms.shape[0]:
+            return
+        if self.term_garbage > self.n_terms // 2:
+            self._compact_terms()
+            if need - self.term_garbage <= self.terms.shape[0]:
+                return
+        self.terms = _resized(self.terms, max(need, 2 * self.terms.shape[0]))
+
+    def _compact_terms(self) -> None:
+        live = np.flatnonzero(self.cl_sub[: self.n_clause_rows] >= 0)
+        new = np.zeros_like(self.terms)
+        pos = 0
+        for c in live:
+            a, n = int(self.cl_off[c]), int(self.cl_len[c])
+            new[pos : pos + n] = self.terms[a : a + n]
+            self.cl_off[c] = pos
+            pos += n
+        self.terms = new
+        self.n_terms = pos
+        self.term_garbage = 0
+
+    # ---- rows ---------------------------------------------------------------------------
+    def add(self, sub: Subscription) -> tuple[int, np.ndarray]:
+        """Store a new subscription (its id must not be present). Returns (slot, clause ids). O(terms)."""
+        clause_ids = [[self.term_id(t) for t in clause] for clause in sub.clauses]
+        slot = self.free_slots.pop() if self.free_slots else self._new_slot()
+        kind, bb, circ = region_columns(sub.region)
+        self.kind[slot] = kind
+        self.bbox[slot] = bb
+        self.circ[slot] = circ
+        self.moving[slot] = sub.moving
+        k = len(clause_ids)
+        block = self.free_clauses.get(k)
+        if block:
+            first = block.pop()
+        else:
+            first = self.n_clause_rows
+            self._grow_clauses(first + k)
+            self.n_clause_rows += k
+        n_t = sum(len(c) for c in clause_ids)
+        self._grow_terms(self.n_terms + n_t)
+        pos = self.n_terms
+        for i, ids in enumerate(clause_ids):
+            ids.sort()
+            c = first + i
+            self.cl_sub[c] = slot
+            self.cl_off[c] = pos
+            self.cl_len[c] = len(ids)
+            self.terms[pos : pos + len(ids)] = ids
+            pos += len(ids)
+        self.n_terms = pos
+        self.first_clause[slot] = first
+        self.n_clauses[slot] = k
+        self.ids[slot] = sub.id
+        self.slot_of[sub.id] = slot
+        return slot, np.arange(first, first + k, dtype=np.int32)
+
+    def add_bulk(self, subs: Iterable[Subscription]) -> int:
+        """Append many subscriptions to an empty store in one pass (the bulk-load path: columns
+        are gathered in compact ``array.array`` buffers, then copied once). A repeated id
+        replaces the earlier row. Returns the number of live subscriptions. O(total terms)."""
+        if self.n_slots:
+            raise RuntimeError("add_bulk needs an empty store")
+        kinds, moving = array("b"), array("b")
+        boxes, circs = array("d"), array("d")
+        n_cl, cl_len, terms = array("i"), array("i"), array("i")
+        ids: list[str | None] = []
+        slot_of: dict[str, int] = {}
+        dead: list[int] = []
+        term_id = self.term_id
+        for sub in subs:
+            kind, bb, circ = region_columns(sub.region)
+            slot = len(ids)
+            old = slot_of.get(sub.id)
+            if old is not None:
+                dead.append(old)
+                ids[old] = None
+            slot_of[sub.id] = slot
+            ids.append(sub.id)
+            kinds.append(kind)
+            moving.append(1 if sub.moving else 0)
+            boxes.extend(bb)
+            circs.extend(circ)
+            n_cl.append(len(sub.clauses))
+            for clause in sub.clauses:
+                cl_len.append(len(clause))
+                terms.extend(sorted(term_id(t) for t in clause))
+        n = len(ids)
+        self._grow_slots(max(n, 1))
+        self.kind[:n] = np.frombuffer(kinds, np.int8)
+        self.moving[:n] = np.frombuffer(moving, np.int8).astype(bool)
+        self.bbox[:n] = np.frombuffer(boxes, np.float64).reshape(n, 4)
+        self.circ[:n] = np.frombuffer(circs, np.float64).reshape(n, 3)
+        ncl = np.frombuffer(n_cl, np.int32)
+        self.n_clauses[:n] = ncl
+        first = np.zeros(n, np.int64)
+        np.cumsum(ncl[:-1], out=first[1:])
+        self.first_clause[:n] = first
+        k = len(cl_len)
+        self._grow_clauses(max(k, 1))
+        lens = np.frombuffer(cl_len, np.int32)
+        self.cl_len[:k] = lens
+        self.cl_sub[:k] = np.repeat(np.arange(n, dtype=np.int32), ncl)
+        offs = np.zeros(k, np.int64)
+        np.cumsum(lens[:-1], out=offs[1:])
+        self.cl_off[:k] = offs
+        self._grow_terms(max(len(terms), 1))
+        self.terms[: len(terms)] = np.frombuffer(terms, np.int32)
+        self.n_slots, self.n_clause_rows, self.n_terms = n, k, len(terms)
+        self.ids = ids
+        self.slot_of = slot_of
+        for slot in dead:
+            self.slot_of[f"\x00dead{slot}"] = slot  # let remove() recycle the replaced row
+            self.ids[slot] = f"\x00dead{slot}"
+            self.remove(f"\x00dead{slot}")
+        return len(self.slot_of)
+
+    def _new_slot(self) -> int:
+        slot = self.n_slots
+        self.n_slots += 1
+        self._grow_slots(self.n_slots)
+        self.ids.append(None)
+        return slot
+
+    def clauses_of(self, slot: int) -> np.ndarray:
+        first = int(self.first_clause[slot])
+        return np.arange(first, first + int(self.n_clauses[slot]), dtype=np.int32)
+
+    def slot(self, sub_id: str) -> int:
+        try:
+            return self.slot_of[sub_id]
+        except KeyError:
+            raise NotFoundError("subscription", sub_id) from None
+
+    def remove(self, sub_id: str) -> int:
+        """Forget a subscription whose clauses are already out of the tree. Returns its slot."""
+        slot = self.slot(sub_id)
+        del self.slot_of[sub_id]
+        self.ids[slot] = None
+        first, k = int(self.first_clause[slot]), int(self.n_clauses[slot])
+        for c in range(first, first + k):
+            self.term_garbage += int(self.cl_len[c])
+            self.cl_sub[c] = -1
+            self.cl_len[c] = 0
+        self.free_clauses.setdefault(k, []).append(first)
+        self.first_clause[slot] = -1
+        self.n_clauses[slot] = 0
+        self.bbox[slot] = (np.inf, np.inf, -np.inf, -np.inf)  # matches nothing
+        self.free_slots.append(slot)
+        return slot
+
+    def live_clauses(self) -> np.ndarray:
+        return np.flatnonzero(self.cl_sub[: self.n_clause_rows] >= 0).astype(np.int32)
+
+    # ---- global keyword order -----------------------------------------------------------------
+    def term_frequencies(self) -> np.ndarray:
+        """Occurrences of each term id over the live clauses. O(terms)."""
+        live = self.live_clauses()
+        counts = np.zeros(len(self.vocab_terms), np.int64)
+        if live.size:
+            lens = self.cl_len[live]
+            idx = np.repeat(self.cl_off[live], lens) + _ragged_arange(lens)
+            counts += np.bincount(self.terms[idx], minlength=len(self.vocab_terms))
+        return counts
+
+    def reorder_terms(self, order: str | list[str] = "frequency") -> None:
+        """Renumber term ids so that id = rank in the global keyword order, then re-sort every
+        clause. ``order`` is "frequency" (decreasing frequency over subscription keywords, the
+        paper's default), "rare-first" (increasing frequency), "alphabetical", or an explicit list of terms ranked first (the rest
+        follow by decreasing frequency). O(terms + V log V)."""
+        freq = self.term_frequencies()
+        v = len(self.vocab_terms)
+        if isinstance(order, str):
+            if order == "frequency":
+                rank_of_old = np.argsort(-freq, kind="stable")
+            elif order == "rare-first":
+                rank_of_old = np.argsort(freq, kind="stable")
+            elif order == "alphabetical":
+                rank_of_old = np.array(sorted(range(v), key=self.vocab_terms.__getitem__), np.int64)
+            else:
+                from shard.errors import ValidationError
+
+                raise ValidationError(
+                    "keyword_order",
+                    order,
+                    "must be 'frequency', 'rare-first', 'alphabetical' or a list of terms",
+                )
+        else:
+            first = [self.vocab[t] for t in order if t in self.vocab]
+            seen = set(first)
+            rest = [int(i) for i in np.argsort(-freq, kind="stable") if int(i) not in seen]
+            rank_of_old = np.array(first + rest, np.int64)
+        new_id = np.empty(v, np.int32)
+        new_id[rank_of_old] = np.arange(v, dtype=np.int32)
+        if self.n_terms:
+            self.terms[: self.n_terms] = new_id[self.terms[: self.n_terms]]
+        self.vocab_terms = [self.vocab_terms[i] for i in rank_of_old]
+        self.vocab = {t: i for i, t in enumerate(self.vocab_terms)}
+        _sort_clause_terms(self.cl_off, self.cl_len, self.terms, self.n_clause_rows)
+
+
+def _resized(a: np.ndarray, cap: int, fill=0) -> np.ndarray:
+    out = np.full((cap,) + a.shape[1:], fill, a.dtype)
+    out[: a.shape[0]] = a
+    return out
+
+
+def _ragged_arange(lens: np.ndarray) -> np.ndarray:
+    """Concatenated aranges 0..len-1 for each length."""
+    total = int(lens.sum())
+    ends = np.cumsum(lens)
+    return np.arange(total) - np.repeat(ends - lens, lens)

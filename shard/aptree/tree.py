@@ -1,0 +1,359 @@
+"""``APTree``: the adaptive spatial-keyword index of the paper (Sect. 3), a Python shell over
+compiled kernels and columnar subscription storage.
+
+>>> from shard.model import Subscription, Message, Rect, Point
+>>> t = APTree.build([Subscription("s1", (("ipad",),), Rect(0, 0, 1, 1))])
+>>> t.match(Message("m1", ("ipad", "sale"), Point(0.5, 0.5)))
+['s1']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from shard.aptree.build import build_subtree, compact, init_node, new_tree
+from shard.aptree.layout import (
+    C_CH,
+    C_FREE,
+    C_GARBAGE,
+    C_LI,
+    C_NODES,
+    C_REBUILDS,
+    C_ROOT,
+    DEFAULT_FANOUT,
+    DEFAULT_KL_CHECK_FRACTION,
+    DEFAULT_KL_MIN_FRACTION,
+    DEFAULT_MAX_DEPTH,
+    DEFAULT_MAX_SPAN,
+    DEFAULT_THETA_KL,
+    DEFAULT_THETA_P,
+    F_SIZE,
+    F_TYPE,
+    KNODE,
+    LEAF,
+    N_PARAMS,
+    P_FANOUT,
+    P_KEYWORD_DP,
+    P_KL_CHECK_FRACTION,
+    P_KL_MIN_SIZE,
+    P_MAX_DEPTH,
+    P_MAX_SPAN,
+    P_MSG_SAMPLE,
+    P_THETA_KL,
+    P_THETA_P,
+    SNODE,
+)
+from shard.aptree.maintain import delete_clauses, insert_clauses, rebuild_nodes
+from shard.aptree.match import match_kernel
+from shard.aptree.store import SubscriptionStore
+from shard.errors import ValidationError
+from shard.model import Message, Point, Subscription
+
+KEYWORD_ORDERS = ("frequency", "rare-first", "alphabetical")
+COMPACT_MIN_GARBAGE = 1 << 16
+"""Pool slots orphaned before a compaction is considered (it costs one pass over the tree)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedMessages:
+    """A batch of messages as the kernels take it (CSR terms, kind 0 point / 1 rect, geometry)."""
+
+    off: np.ndarray
+    terms: np.ndarray
+    kind: np.ndarray
+    geom: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.kind.shape[0])
+
+
+class APTree:
+    """The AP-Tree over a dynamic set of subscriptions.
+
+    Build with ``APTree.build(subs)`` (bulk path, Alg. 4), change with ``subscribe`` /
+    ``unsubscribe`` (Sect. 3.3.5), query with ``match`` / ``match_batch`` (Alg. 1).
+    """
+
+    def __init__(
+        self,
+        *,
+        fanout: int = DEFAULT_FANOUT,
+        theta_p: int = DEFAULT_THETA_P,
+        theta_kl: float = DEFAULT_THETA_KL,
+        kl_min_fraction: float = DEFAULT_KL_MIN_FRACTION,
+        keyword_partition: str = "heuristic",
+        keyword_order: str | Sequence[str] = "frequency",
+        max_depth: int = DEFAULT_MAX_DEPTH,
+        max_span: int = DEFAULT_MAX_SPAN,
+    ) -> None:
+        if not isinstance(fanout, int) or fanout < 4:
+            raise ValidationError("fanout", fanout, "must be an integer >= 4")
+        if not isinstance(max_span, int) or max_span < 1:
+            raise ValidationError("max_span", max_span, "must be an integer >= 1")
+        if not isinstance(theta_p, int) or theta_p < 1:
+            raise ValidationError("theta_p", theta_p, "must be an integer >= 1")
+        if not (theta_kl > 0):
+            raise ValidationError("theta_kl", theta_kl, "must be > 0")
+        if not (0 <= kl_min_fraction <= 1):
+            raise ValidationError("kl_min_fraction", kl_min_fraction, "must be in [0, 1]")
+        if keyword_partition not in ("heuristic", "optimal"):
+            raise ValidationError(
+                "keyword_partition", keyword_partition, "must be 'heuristic' or 'optimal'"
+            )
+        if isinstance(keyword_order, str) and keyword_order not in KEYWORD_ORDERS:
+            raise ValidationError(
+                "keyword_order",
+                keyword_order,
+                f"must be one of {KEYWORD_ORDERS} or a list of terms",
+            )
+        self.keyword_order = (
+            keyword_order if isinstance(keyword_order, str) else list(keyword_order)
+        )
+        self.kl_min_fraction = kl_min_fraction
+        self.store = SubscriptionStore()
+        self._params = np.zeros(N_PARAMS)
+        self._params[P_FANOUT] = fanout
+        self._params[P_THETA_P] = theta_p
+        self._params[P_THETA_KL] = theta_kl
+        self._params[P_KEYWORD_DP] = 1.0 if keyword_partition == "optimal" else 0.0
+        self._params[P_MAX_DEPTH] = max_depth
+        self._params[P_MAX_SPAN] = max_span
+        self._params[P_KL_CHECK_FRACTION] = DEFAULT_KL_CHECK_FRACTION
+        self._params[P_KL_MIN_SIZE] = theta_p
+        self._pw = np.zeros(0)
+        self._pw_new_term = 1.0
+        self._spx = np.zeros(0)
+        self._spy = np.zeros(0)
+        self._tree = new_tree()
+        self._term_stamp = np.zeros(1024, np.int64)
+        self._sub_stamp = np.zeros(1024, np.int64)
+        self._stamp = 0
+        self.verified = 0
+        """Leaf entries verified by matching so far (the paper's cost measure)."""
+
+    # ---- construction -----------------------------------------------------------------------
+    @classmethod
+    def build(
+        cls,
+        subs: Iterable[Subscription],
+        *,
+        message_sample: Iterable[Message] | None = None,
+        **options,
+    ) -> APTree:
+        """Bulk-load ``subs`` (later ids replace earlier ones) and construct the tree.
+
+        ``message_sample`` switches hit probabilities from the subscription workload to the
+        sample's keyword and location frequencies. O(n log n · depth).
+        """
+        tree = cls(**options)
+        tree.store.add_bulk(subs)
+        tree.rebuild(message_sample=message_sample)
+        return tree
+
+    def rebuild(self, *, message_sample: Iterable[Message] | None = None) -> None:
+        """Construct the whole tree anew from the live subscriptions (fresh keyword order too)."""
+        store = self.store
+        store.reorder_terms(self.keyword_order)
+        if message_sample is not None:
+            sample = list(message_sample)
+            df = np.zeros(len(store.vocab_terms), np.float64)
+            xs, ys = [], []
+            for m in sample:
+                ids = store.encode_terms(m.terms)
+                df[ids] += 1.0
+                x, y = _centre(m)
+                xs.append(x)
+                ys.append(y)
+            n = max(len(sample), 1)
+            self._pw = (df + 0.5) / (n + 1.0)
+            self._pw_new_term = 0.5 / (n + 1.0)
+            self._spx = np.asarray(xs, np.float64)
+            self._spy = np.asarray(ys, np.float64)
+            self._params[P_MSG_SAMPLE] = 1.0
+        else:
+            self._pw = store.term_frequencies().astype(np.float64)
+            self._pw_new_term = 1.0
+            self._spx = np.zeros(0)
+            self._spy = np.zeros(0)
+            self._params[P_MSG_SAMPLE] = 0.0
+        live = store.live_clauses()
+        T = new_tree(
+            node_cap=max(1024, live.size // 8),
+            ch_cap=max(4096, live.size // 2),
+            li_cap=max(4096, 2 * live.size),
+        )
+        init_node(T, 0, -1, 0, 1, 1, 0, -180.0, -90.0, 180.0, 90.0)
+        T, total = build_subtree(
+            T, store.columns(), self._pw, self._spx, self._spy, self._params, 0, live
+        )
+        self._tree = T
+        self._update_kl_min()
+        self._ensure_stamps()
+
+    # ---- maintenance ------------------------------------------------------------------------
+    def subscribe(self, sub: Subscription) -> None:
+        """Add ``sub``, replacing a subscription with the same id. O(depth + cells touched) amortised.
+
+        >>> from shard.model import Rect
+        >>> t = APTree()
+        >>> t.subscribe(Subscription("a", (("x",),), Rect(0, 0, 1, 1)))
+        >>> len(t)
+        1
+        """
+        if sub.id in self.store.slot_of:
+            self.unsubscribe(sub.id)
+        _, clauses = self.store.add(sub)
+        self._extend_pw()
+        self._ensure_stamps()
+        T, todo = insert_clauses(self._tree, self.store.columns(), self._params, clauses)
+        self._tree = T
+        if todo.size:
+            self._rebuild_nodes(todo)
+        self._compact_if_needed()
+        self._update_kl_min()
+
+    def unsubscribe(self, sub_id: str) -> None:
+        """Remove the subscription ``sub_id`` (NotFoundError if unknown). O(depth + leaf size)."""
+        slot = self.store.slot(sub_id)
+        clauses = self.store.clauses_of(slot)
+        T, todo = delete_clauses(self._tree, self.store.columns(), self._params, clauses)
+        self._tree = T
+        if todo.size:
+            self._rebuild_nodes(todo)
+        self._compact_if_needed()
+        self.store.remove(sub_id)
+
+    def _rebuild_nodes(self, todo: np.ndarray) -> None:
+        T, _ = rebuild_nodes(
+            self._tree, self.store.columns(), self._pw, self._spx, self._spy, self._params, todo
+        )
+        self._tree = T
+
+    def _compact_if_needed(self) -> None:
+        CNT = self._tree[10]
+        # leaf moves and rebuilds orphan pool slices; copy the live ones once garbage dominates
+        if CNT[C_GARBAGE] > max(COMPACT_MIN_GARBAGE, (CNT[C_LI] + CNT[C_CH]) // 2):
+            self._tree = compact(self._tree)
+
+    def _extend_pw(self) -> None:
+        v = len(self.store.vocab_terms)
+        if v > self._pw.shape[0]:
+            extra = np.full(
+                max(v - self._pw.shape[0], self._pw.shape[0] // 2 + 16), self._pw_new_term
+            )
+            self._pw = np.concatenate((self._pw, extra))
+
+    def _update_kl_min(self) -> None:
+        size = int(self._tree[0][int(self._tree[10][C_ROOT]), F_SIZE])
+        self._params[P_KL_MIN_SIZE] = max(self._params[P_THETA_P], self.kl_min_fraction * size)
+
+    def _ensure_stamps(self) -> None:
+        v = len(self.store.vocab_terms)
+        if v > self._term_stamp.shape[0]:
+            self._term_stamp = np.zeros(max(v, 2 * self._term_stamp.shape[0]), np.int64)
+        n = self.store.n_slots
+        if n > self._sub_stamp.shape[0]:
+            self._sub_stamp = np.zeros(max(n, 2 * self._sub_stamp.shape[0]), np.int64)
+
+    # ---- matching ---------------------------------------------------------------------------
+    def encode(self, messages: Sequence[Message]) -> EncodedMessages:
+        """Messages to kernel arrays: known term ids ascending (unknown terms cannot match). O(terms)."""
+        n = len(messages)
+        off = np.zeros(n + 1, np.int64)
+        kind = np.zeros(n, np.int8)
+        geom = np.empty((n, 4), np.float64)
+        ids: list[int] = []
+        encode_terms = self.store.encode_terms
+        for i, m in enumerate(messages):
+            ids.extend(encode_terms(m.terms))
+            off[i + 1] = len(ids)
+            loc = m.location
+            if isinstance(loc, Point):
+                geom[i] = (loc.lon, loc.lat, loc.lon, loc.lat)
+            else:
+                kind[i] = 1
+                geom[i] = (loc.min_lon, loc.min_lat, loc.max_lon, loc.max_lat)
+        return EncodedMessages(off, np.asarray(ids, np.int32), kind, geom)
+
+    def match_encoded(self, batch: EncodedMessages) -> tuple[np.ndarray, np.ndarray]:
+        """(message index, subscription slot) for every match in the batch; compiled. Each
+        subscription appears at most once per message."""
+        self._ensure_stamps()
+        out_m, out_s, self._stamp, verified = match_kernel(
+            self._tree,
+            self.store.columns(),
+            self._term_stamp,
+            self._sub_stamp,
+            self._stamp,
+            batch.off,
+            batch.terms,
+            batch.kind,
+            batch.geom,
+        )
+        self.verified += int(verified)
+        return out_m, out_s
+
+    def match_batch(self, messages: Sequence[Message]) -> list[list[str]]:
+        """The ids of the subscriptions each message matches, in batch order.
+
+        >>> APTree().match_batch([])
+        []
+        """
+        out_m, out_s = self.match_encoded(self.encode(messages))
+        result: list[list[str]] = [[] for _ in messages]
+        ids = self.store.ids
+        for q, s in zip(out_m.tolist(), out_s.tolist(), strict=True):
+            result[q].append(ids[s])  # type: ignore[arg-type]
+        return result
+
+    def match(self, message: Message) -> list[str]:
+        """The ids of the subscriptions ``message`` matches (order unspecified)."""
+        return self.match_batch([message])[0]
+
+    # ---- introspection ------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.store)
+
+    def __contains__(self, sub_id: object) -> bool:
+        return sub_id in self.store.slot_of
+
+    def stats(self) -> dict[str, int]:
+        """Node counts by type, leaf entries, depth, pool usage."""
+        T = self._tree
+        NI, CNT = T[0], T[10]
+        n = int(CNT[C_NODES])
+        types = NI[:n, F_TYPE]
+        from shard.aptree.layout import F_DEPTH, F_LLEN
+
+        live = types >= 0
+        return {
+            "subscriptions": len(self.store),
+            "clauses": int((self.store.cl_sub[: self.store.n_clause_rows] >= 0).sum()),
+            "nodes": int(live.sum()),
+            "k_nodes": int((types == KNODE).sum()),
+            "s_nodes": int((types == SNODE).sum()),
+            "leaves": int((types == LEAF).sum()),
+            "entries": int(NI[:n, F_LLEN][types == LEAF].sum()),
+            "depth": int(NI[:n, F_DEPTH][live].max()) if n else 0,
+            "free_nodes": int(CNT[C_FREE]),
+            "child_slots": int(CNT[C_CH]),
+            "leaf_slots": int(CNT[C_LI]),
+            "garbage_slots": int(CNT[C_GARBAGE]),
+            "rebuilds": int(CNT[C_REBUILDS]),
+        }
+
+    def _check(self) -> None:
+        """Assert every structural invariant (see ``shard.aptree.check``)."""
+        from shard.aptree.check import check_tree
+
+        check_tree(self)
+
+
+def _centre(m: Message) -> tuple[float, float]:
+    loc = m.location
+    if isinstance(loc, Point):
+        return loc.lon, loc.lat
+    return (loc.min_lon + loc.max_lon) / 2.0, (loc.min_lat + loc.max_lat) / 2.0

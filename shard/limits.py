@@ -1,0 +1,31 @@
+"""Explicit limits on every input, documented in docs/LIMITS.md; validation enforces them."""
+
+MAX_ID_LEN = 128
+"""Subscription and message ids: 1-128 printable characters."""
+
+MAX_KEYWORDS = 16
+"""Terms in a ``keywords`` condition (all must occur)."""
+
+MAX_CLAUSES = 64
+"""DNF clauses an ``expr`` may expand to."""
+
+MAX_CLAUSE_TERMS = 16
+"""Terms in one DNF clause."""
+
+MAX_EXPR_LEN = 4096
+"""Characters of an ``expr``."""
+
+MAX_TERM_LEN = 64
+"""Characters of one normalized term."""
+
+MAX_MESSAGE_TERMS = 256
+"""Distinct terms of a message after normalization (keywords plus text tokens)."""
+
+MAX_TEXT_LEN = 16384
+"""Characters of a message's ``text``."""
+
+MAX_RADIUS_M = 20_000_000.0
+"""Largest circle radius, metres (about half the earth's circumference)."""
+
+EARTH_RADIUS_M = 6_371_008.8
+"""Mean earth radius of the sphere on which circle distances are measured (haversine)."""

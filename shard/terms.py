@@ -1,0 +1,67 @@
+"""Term normalization and tokenization, the same for subscriptions and messages."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable
+
+from shard.errors import ValidationError
+from shard.limits import MAX_MESSAGE_TERMS, MAX_TERM_LEN
+
+_WORD = re.compile(r"\w+")
+
+
+def normalize_term(s: str) -> str:
+    """NFKC, then casefold (NFKC again: casefolding can leave non-normalized text), stripped.
+
+    >>> normalize_term("ＩＰＡＤ")
+    'ipad'
+    >>> normalize_term("Straße")
+    'strasse'
+    """
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", s).casefold()).strip()
+
+
+def tokenize(text: str) -> list[str]:
+    """Runs of ``\\w`` in ``text``, normalized, de-duplicated, in order of first occurrence. O(len).
+
+    >>> tokenize("iPad, iPad; discount-50%")
+    ['ipad', 'discount', '50']
+    """
+    out: dict[str, None] = {}
+    for tok in _WORD.findall(unicodedata.normalize("NFKC", text)):
+        t = normalize_term(tok)
+        if t:
+            out.setdefault(t, None)
+    return list(out)
+
+
+def check_term(field: str, term: str) -> str:
+    if len(term) > MAX_TERM_LEN:
+        raise ValidationError(field, term, f"term longer than {MAX_TERM_LEN} characters")
+    return term
+
+
+def message_terms(keywords: Iterable[str], text: str | None) -> tuple[str, ...]:
+    """A message's terms: normalized keywords plus the tokens of its text, de-duplicated, sorted.
+
+    >>> message_terms(["Sale"], "iPad sale today")
+    ('ipad', 'sale', 'today')
+    """
+    terms: set[str] = set()
+    for i, kw in enumerate(keywords):
+        if not isinstance(kw, str):
+            raise ValidationError(f"keywords[{i}]", kw, "must be a string")
+        t = normalize_term(kw)
+        if not t:
+            raise ValidationError(f"keywords[{i}]", kw, "empty after normalization")
+        terms.add(check_term(f"keywords[{i}]", t))
+    if text:
+        for t in tokenize(text):
+            terms.add(check_term("text", t))
+    if len(terms) > MAX_MESSAGE_TERMS:
+        raise ValidationError(
+            "keywords", len(terms), f"more than {MAX_MESSAGE_TERMS} distinct terms"
+        )
+    return tuple(sorted(terms))

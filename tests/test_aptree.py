@@ -1,0 +1,244 @@
+"""AP-Tree unit tests: node types, dummy cut/cell, dynamic maintenance, DNF, circles, region
+messages; every tree is ``_check()``-ed after every mutation and compared with the oracle."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from workloads import assert_same_matches, random_message, random_subscription
+
+from shard.aptree import APTree
+from shard.aptree.layout import F_DUMMY, F_TYPE, KNODE, LEAF, SNODE
+from shard.brute import BruteMatcher
+from shard.errors import NotFoundError, ValidationError
+from shard.model import Circle, Message, Point, Rect, Subscription
+
+
+def root_type(tree: APTree) -> int:
+    return int(tree._tree[0][0, F_TYPE])
+
+
+def root_dummy(tree: APTree) -> int:
+    return int(tree._tree[0][0, F_DUMMY])
+
+
+def test_small_set_is_one_leaf():
+    subs = [Subscription(f"s{i}", (("a",),), Rect(0, 0, 1, 1)) for i in range(5)]
+    tree = APTree.build(subs, theta_p=10)
+    tree._check()
+    assert root_type(tree) == LEAF
+    assert sorted(tree.match(Message("m", ("a",), Point(0.5, 0.5)))) == [f"s{i}" for i in range(5)]
+    assert tree.match(Message("m", ("b",), Point(0.5, 0.5))) == []
+
+
+def test_keyword_workload_builds_k_node_with_dummy_cut():
+    # one region for all: only keywords can separate them; 2-term clauses exhaust at offset 2
+    subs = [
+        Subscription(f"s{i}", ((f"k{i % 50}", f"z{i % 3}"),), Rect(-1, -1, 1, 1))
+        for i in range(400)
+    ]
+    tree = APTree.build(subs, theta_p=8, fanout=16)
+    tree._check()
+    assert root_type(tree) == KNODE
+    st = tree.stats()
+    assert st["k_nodes"] >= 2
+    got = tree.match(Message("m", ("k7", "z1"), Point(0, 0)))
+    assert sorted(got) == sorted(f"s{i}" for i in range(400) if i % 50 == 7 and i % 3 == 1)
+
+
+def test_dummy_cut_holds_exhausted_clauses():
+    subs = [Subscription(f"a{i}", (("common", f"x{i}"),), Rect(0, 0, 1, 1)) for i in range(60)]
+    subs += [Subscription(f"b{i}", (("common",),), Rect(0, 0, 1, 1)) for i in range(60)]
+    tree = APTree.build(subs, theta_p=8, fanout=8)
+    tree._check()
+    got = tree.match(Message("m", ("common",), Point(0.5, 0.5)))
+    assert sorted(got) == sorted(f"b{i}" for i in range(60))
+
+
+def test_spatial_workload_builds_s_node_with_dummy_cell():
+    rng = random.Random(3)
+    subs = []
+    for i in range(600):
+        x, y = rng.uniform(-170, 160), rng.uniform(-80, 70)
+        subs.append(Subscription(f"s{i}", (("same",),), Rect(x, y, x + 1, y + 1)))
+    world = [Subscription(f"w{i}", (("same",),), Rect(-180, -90, 180, 90)) for i in range(30)]
+    tree = APTree.build(subs + world, theta_p=8, fanout=16)
+    tree._check()
+    assert root_type(tree) == SNODE
+    assert root_dummy(tree) >= 0
+    brute = BruteMatcher(subs + world)
+    msgs = [
+        Message(f"m{i}", ("same",), Point(rng.uniform(-180, 180), rng.uniform(-90, 90)))
+        for i in range(300)
+    ]
+    assert_same_matches(tree, brute, msgs)
+    # every message anywhere reaches the world-covering subscriptions in the dummy cell
+    assert all({f"w{i}" for i in range(30)} <= set(r) for r in tree.match_batch(msgs))
+
+
+def test_dnf_subscription_delivered_once():
+    sub = Subscription("s", (("a", "b"), ("a", "c"), ("d",)), Rect(0, 0, 2, 2))
+    others = [Subscription(f"o{i}", ((f"q{i}",),), Rect(0, 0, 2, 2)) for i in range(100)]
+    tree = APTree.build([sub, *others], theta_p=4, fanout=8)
+    tree._check()
+    assert tree.match(Message("m", ("a", "b", "c", "d"), Point(1, 1))) == ["s"]
+    assert tree.match(Message("m", ("a",), Point(1, 1))) == []
+
+
+def test_region_message_reaches_replicated_subscription_once():
+    rng = random.Random(5)
+    subs = [
+        Subscription(f"s{i}", (("t",),), Rect(rng.uniform(-10, 9), rng.uniform(-10, 9), 10, 10))
+        for i in range(500)
+    ]
+    tree = APTree.build(subs, theta_p=4, fanout=16, max_span=1000)
+    tree._check()
+    assert tree.stats()["entries"] > tree.stats()["clauses"]  # replication happened
+    got = tree.match(Message("m", ("t",), Rect(-10, -10, 10, 10)))
+    assert sorted(got) == sorted(s.id for s in subs)
+
+
+def test_circle_is_verified_exactly():
+    # 1 degree of latitude is 111,195 m on this sphere: a point just inside and just outside
+    c = Subscription("c", (("x",),), Circle(10.0, 0.0, 111_195.0))
+    filler = [Subscription(f"f{i}", (("x",),), Rect(i, 0, i + 0.1, 0.1)) for i in range(50)]
+    tree = APTree.build([c, *filler], theta_p=4, fanout=8)
+    tree._check()
+    assert "c" in tree.match(Message("m", ("x",), Point(10.0, 0.999)))
+    assert "c" not in tree.match(Message("m", ("x",), Point(10.0, 1.001)))
+    # corner of the bounding box is outside the circle
+    assert "c" not in tree.match(Message("m", ("x",), Point(10.99, 0.99)))
+    # a rect message whose nearest point is within the radius
+    assert "c" in tree.match(Message("m", ("x",), Rect(10.5, 0.5, 20, 20)))
+
+
+def test_circle_across_antimeridian():
+    c = Subscription("c", (("x",),), Circle(179.9, 0.0, 50_000.0))
+    tree = APTree.build([c], theta_p=1, fanout=4)
+    tree._check()
+    assert tree.match(Message("m", ("x",), Point(-179.9, 0.0))) == ["c"]
+    assert tree.match(Message("m", ("x",), Point(-179.0, 0.0))) == []
+
+
+def test_subscribe_replaces_and_unsubscribe_unknown_raises():
+    tree = APTree.build([Subscription("s", (("a",),), Rect(0, 0, 1, 1))])
+    tree.subscribe(Subscription("s", (("b",),), Rect(0, 0, 1, 1)))
+    tree._check()
+    assert len(tree) == 1
+    assert tree.match(Message("m", ("a",), Point(0, 0))) == []
+    assert tree.match(Message("m", ("b",), Point(0, 0))) == ["s"]
+    with pytest.raises(NotFoundError):
+        tree.unsubscribe("nope")
+    tree.unsubscribe("s")
+    tree._check()
+    assert len(tree) == 0 and tree.match(Message("m", ("b",), Point(0, 0))) == []
+
+
+def test_leaf_split_and_collapse():
+    tree = APTree(theta_p=8, fanout=8)
+    rng = random.Random(1)
+    subs = [random_subscription(rng, f"s{i}") for i in range(300)]
+    for s in subs:
+        tree.subscribe(s)
+        tree._check()
+    st = tree.stats()
+    assert st["k_nodes"] + st["s_nodes"] > 0 and st["rebuilds"] > 0  # leaves were split
+    for s in subs[:295]:
+        tree.unsubscribe(s.id)
+        tree._check()
+    assert_same_matches(
+        tree, BruteMatcher(subs[295:]), [random_message(rng, f"m{i}") for i in range(100)]
+    )
+    for s in subs[295:]:
+        tree.unsubscribe(s.id)
+        tree._check()
+    assert root_type(tree) == LEAF  # collapsed below θp
+    assert tree.stats()["nodes"] == 1
+
+
+def test_kl_divergence_triggers_reconstruction():
+    # build on keywords k0..k9, then insert a workload on other keywords
+    base = [Subscription(f"b{i}", ((f"k{i % 10}",),), Rect(0, 0, 1, 1)) for i in range(2000)]
+    tree = APTree.build(base, theta_p=8, fanout=16)
+    before = tree.stats()["rebuilds"]
+    for i in range(1500):
+        tree.subscribe(Subscription(f"n{i}", ((f"k{10 + i % 40}",),), Rect(0, 0, 1, 1)))
+    tree._check()
+    assert tree.stats()["rebuilds"] > before
+    got = tree.match(Message("m", ("k12",), Point(0.5, 0.5)))
+    assert sorted(got) == sorted(f"n{i}" for i in range(1500) if 10 + i % 40 == 12)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"keyword_partition": "optimal"},
+        {"keyword_order": "alphabetical"},
+        {"keyword_order": "rare-first"},
+        {"keyword_order": ["t39", "t38"]},
+        {"max_span": 1},
+        {"max_span": 10_000},
+    ],
+)
+def test_options_keep_results_exact(options):
+    rng = random.Random(11)
+    subs = [random_subscription(rng, f"s{i}") for i in range(800)]
+    msgs = [random_message(rng, f"m{i}") for i in range(300)]
+    tree = APTree.build(subs, theta_p=6, fanout=9, **options)
+    tree._check()
+    assert_same_matches(tree, BruteMatcher(subs), msgs)
+
+
+def test_message_sample_probabilities_keep_results_exact():
+    rng = random.Random(12)
+    subs = [random_subscription(rng, f"s{i}") for i in range(800)]
+    msgs = [random_message(rng, f"m{i}") for i in range(300)]
+    tree = APTree.build(subs, message_sample=msgs[:100], theta_p=6, fanout=9)
+    tree._check()
+    assert tree._params[6] == 1.0
+    assert_same_matches(tree, BruteMatcher(subs), msgs)
+
+
+def test_bulk_load_later_id_replaces_earlier():
+    subs = [
+        Subscription("s", (("a",),), Rect(0, 0, 1, 1)),
+        Subscription("s", (("b",),), Rect(0, 0, 1, 1)),
+    ]
+    tree = APTree.build(subs)
+    tree._check()
+    assert len(tree) == 1
+    assert tree.match(Message("m", ("a", "b"), Point(0.5, 0.5))) == ["s"]
+    assert tree.match(Message("m", ("a",), Point(0.5, 0.5))) == []
+
+
+def test_unknown_message_terms_match_nothing():
+    tree = APTree.build([Subscription("s", (("a",),), Rect(0, 0, 1, 1))])
+    assert tree.match(Message("m", ("zzz",), Point(0.5, 0.5))) == []
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("fanout", 2),
+        ("theta_p", 0),
+        ("theta_kl", 0.0),
+        ("keyword_partition", "best"),
+        ("keyword_order", "random"),
+        ("max_span", 0),
+    ],
+)
+def test_bad_options_name_the_field(option, value):
+    with pytest.raises(ValidationError) as e:
+        APTree(**{option: value})
+    assert e.value.field == option and e.value.value == value
+
+
+def test_match_encoded_counts_verifications():
+    subs = [Subscription(f"s{i}", (("a",),), Rect(0, 0, 1, 1)) for i in range(3)]
+    tree = APTree.build(subs)
+    out_m, out_s = tree.match_encoded(tree.encode([Message("m", ("a",), Point(0.5, 0.5))]))
+    assert out_m.tolist() == [0, 0, 0] and sorted(out_s.tolist()) == [0, 1, 2]
+    assert tree.verified == 3
+    assert isinstance(out_s, np.ndarray)

@@ -1,0 +1,109 @@
+"""Expression parser and tokenizer."""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from shard.errors import ExpressionError
+from shard.expr import format_dnf, parse_expr
+from shard.terms import message_terms, normalize_term, tokenize
+
+
+def test_normalization_and_tokenizer():
+    assert normalize_term("ＩＰＡＤ") == "ipad"
+    assert normalize_term("Straße") == "strasse"
+    assert tokenize("iPad, iPad; discount-50% café") == ["ipad", "discount", "50", "café"]
+    assert message_terms(["Sale", "sale"], "IPAD sale") == ("ipad", "sale")
+
+
+@pytest.mark.parametrize(
+    ("text", "dnf"),
+    [
+        ("ipad", (("ipad",),)),
+        ("ipad discount", (("discount", "ipad"),)),
+        ("ipad AND (discount OR sale)", (("discount", "ipad"), ("ipad", "sale"))),
+        ("a or b and c", (("a",), ("b", "c"))),
+        ("a (b OR c)", (("a", "b"), ("a", "c"))),
+        ("(a OR b) (c OR d)", (("a", "c"), ("a", "d"), ("b", "c"), ("b", "d"))),
+        ("a OR a b", (("a",),)),
+        ("A And B", (("a", "b"),)),
+        ("((a))", (("a",),)),
+    ],
+)
+def test_parse(text, dnf):
+    assert parse_expr(text) == dnf
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("", "empty"),
+        ("   ", "empty"),
+        ("a AND", "end of expression"),
+        ("OR b", "position 0"),
+        ("a AND OR b", "position 6"),
+        ("()", "empty parentheses"),
+        ("(a", "unclosed"),
+        ("a)", "unexpected ')'"),
+        ("a & b", "'&' at position 2"),
+        ("NOT a", "NOT"),
+        ("a and not b", "NOT"),
+        (" ".join(f"(x{i} OR y{i})" for i in range(7)), "64 DNF clauses"),
+        (" ".join(f"t{i}" for i in range(17)), "more than 16 terms"),
+        ("a" * 5000, "longer than 4096"),
+    ],
+)
+def test_parse_errors(text, needle):
+    with pytest.raises(ExpressionError) as e:
+        parse_expr(text)
+    assert e.value.field == "expr" and needle in str(e.value)
+
+
+def test_sixty_four_clauses_is_the_limit():
+    text = " ".join(f"(x{i} OR y{i})" for i in range(6))
+    assert len(parse_expr(text)) == 64
+
+
+def test_format_dnf_round_trip():
+    d = parse_expr("a (b OR c) OR d")
+    assert parse_expr(format_dnf(d)) == d
+
+
+TERMS = ["a", "b", "c", "d"]
+
+
+@st.composite
+def expressions(draw, depth=0):
+    if depth > 2 or draw(st.booleans()):
+        return draw(st.sampled_from(TERMS))
+    op = draw(st.sampled_from([" AND ", " OR ", " "]))
+    parts = draw(st.lists(expressions(depth=depth + 1), min_size=2, max_size=3))
+    return "(" + op.join(parts) + ")"
+
+
+def evaluate(text: str, present: set[str]) -> bool:
+    """Independent evaluator: rewrite to a Python boolean expression."""
+    toks = re.findall(r"\(|\)|\w+", text)
+    out = []
+    for i, t in enumerate(toks):
+        if t in ("AND", "OR"):
+            out.append(t.lower())
+            continue
+        if i and toks[i - 1] not in ("AND", "OR", "(") and t != ")":
+            out.append("and")
+        out.append(t if t in "()" else str(t in present))
+    return eval(" ".join(out))  # noqa: S307 - test-only, tokens are ours
+
+
+@given(expressions())
+def test_dnf_is_equivalent(text):
+    dnf = parse_expr(text)
+    for r in range(len(TERMS) + 1):
+        for present in itertools.combinations(TERMS, r):
+            s = set(present)
+            assert any(set(c) <= s for c in dnf) == evaluate(text, s), (text, dnf, s)
