@@ -79,7 +79,8 @@ def new_tree(node_cap: int = 1024, ch_cap: int = 4096, li_cap: int = 4096):
     LI = np.full(li_cap, -1, np.int32)
     FREE = np.zeros(64, np.int32)
     CNT = np.zeros(N_COUNTERS, np.int64)
-    T = (NI, NF, CH, CLO, CHI, WOLD, WCUR, BND, LI, FREE, CNT)
+    LB = np.zeros((li_cap, 4), np.float32)
+    T = (NI, NF, CH, CLO, CHI, WOLD, WCUR, BND, LI, FREE, CNT, LB)
     root = 0
     CNT[C_NODES] = 1
     init_node(T, root, -1, 0, 1, 1, 0, -180.0, -90.0, 180.0, 90.0)
@@ -103,7 +104,7 @@ def ensure_nodes(T, extra):
     NI2[: NI.shape[0]] = NI
     NF2 = np.zeros((cap, 4), np.float64)
     NF2[: NI.shape[0]] = T[1]
-    return (NI2, NF2, T[2], T[3], T[4], T[5], T[6], T[7], T[8], T[9], T[10])
+    return (NI2, NF2, T[2], T[3], T[4], T[5], T[6], T[7], T[8], T[9], T[10], T[11])
 
 
 @njit(cache=True)
@@ -124,7 +125,7 @@ def ensure_ch(T, extra):
     W1[:n] = T[5]
     W2 = np.zeros(cap, np.float64)
     W2[:n] = T[6]
-    return (T[0], T[1], CH2, CLO2, CHI2, W1, W2, T[7], T[8], T[9], T[10])
+    return (T[0], T[1], CH2, CLO2, CHI2, W1, W2, T[7], T[8], T[9], T[10], T[11])
 
 
 @njit(cache=True)
@@ -135,7 +136,7 @@ def ensure_bnd(T, extra):
         return T
     B2 = np.zeros(max(need, 2 * B.shape[0]), np.float64)
     B2[: B.shape[0]] = B
-    return (T[0], T[1], T[2], T[3], T[4], T[5], T[6], B2, T[8], T[9], T[10])
+    return (T[0], T[1], T[2], T[3], T[4], T[5], T[6], B2, T[8], T[9], T[10], T[11])
 
 
 @njit(cache=True)
@@ -146,7 +147,9 @@ def ensure_li(T, extra):
         return T
     L2 = np.full(max(need, 2 * LI.shape[0]), -1, np.int32)
     L2[: LI.shape[0]] = LI
-    return (T[0], T[1], T[2], T[3], T[4], T[5], T[6], T[7], L2, T[9], T[10])
+    B2 = np.zeros((L2.shape[0], 4), np.float32)
+    B2[: LI.shape[0]] = T[11]
+    return (T[0], T[1], T[2], T[3], T[4], T[5], T[6], T[7], L2, T[9], T[10], B2)
 
 
 @njit(cache=True)
@@ -185,8 +188,22 @@ def init_node(T, nid, parent, l, kp, sp, depth, x0, y0, x1, y1):
     NF[nid, 3] = y1
 
 
+LB_MARGIN = 1e-4
+"""Degrees by which the float32 copy of a box in a leaf (``LB``) is widened: float32 keeps about 7
+digits (1.5e-5 degrees at 180), so the copy always contains the float64 box it stands for."""
+
+
 @njit(cache=True)
-def make_leaf(T, nid, items):
+def set_leaf_box(LB, k, bbox, s):
+    """Store the widened float32 box of subscription s at leaf slot k (a prefilter for matching)."""
+    LB[k, 0] = np.float32(bbox[s, 0] - LB_MARGIN)
+    LB[k, 1] = np.float32(bbox[s, 1] - LB_MARGIN)
+    LB[k, 2] = np.float32(bbox[s, 2] + LB_MARGIN)
+    LB[k, 3] = np.float32(bbox[s, 3] + LB_MARGIN)
+
+
+@njit(cache=True)
+def make_leaf(T, nid, items, bbox, cl_sub):
     """Turn ``nid`` into a leaf whose s-list is ``items`` (a fresh LI slice)."""
     n = items.shape[0]
     cap = max(MIN_LEAF_CAP, n + n // 2)
@@ -196,6 +213,8 @@ def make_leaf(T, nid, items):
     off = T[10][C_LI]
     T[10][C_LI] += cap
     LI[off : off + n] = items
+    for i in range(n):
+        set_leaf_box(T[11], off + i, bbox, cl_sub[items[i]])
     NI[nid, F_TYPE] = LEAF
     NI[nid, F_LOFF] = off
     NI[nid, F_LLEN] = n
@@ -265,7 +284,7 @@ def build_subtree(T, S, PW, SPX, SPY, params, root, items):
         sp = NI[nid, F_SP] == 1
         depth = NI[nid, F_DEPTH]
         if (not kp and not sp) or n < theta_p or depth >= max_depth:
-            T = make_leaf(T, nid, its)
+            T = make_leaf(T, nid, its, bbox, cl_sub)
             continue
 
         # ---- try keyword partition on the l-th keyword --------------------------------
@@ -404,18 +423,18 @@ def build_subtree(T, S, PW, SPX, SPY, params, root, items):
 
         # ---- choose (Alg. 4 lines 9-10, plus: never replicate without a gain) ---------
         if ck == np.inf and cs == np.inf:
-            T = make_leaf(T, nid, its)
+            T = make_leaf(T, nid, its, bbox, cl_sub)
             continue
         if cs < ck:
             if cs >= n:
-                T = make_leaf(T, nid, its)
+                T = make_leaf(T, nid, its, bbox, cl_sub)
                 continue
             T = _make_snode(
                 T, S, nid, its, s_bx, s_by, s_isd, s_nd, s_counts, stack_node, stack_items
             )
         else:
             if ck > n:
-                T = make_leaf(T, nid, its)
+                T = make_leaf(T, nid, its, bbox, cl_sub)
                 continue
             T = _make_knode(
                 T,
@@ -635,7 +654,7 @@ def collect_and_free(T, nid):
         F2 = np.zeros(max(need, 2 * FREE.shape[0]), np.int32)
         F2[: FREE.shape[0]] = FREE
         FREE = F2
-        T = (T[0], T[1], T[2], T[3], T[4], T[5], T[6], T[7], T[8], F2, T[10])
+        T = (T[0], T[1], T[2], T[3], T[4], T[5], T[6], T[7], T[8], F2, T[10], T[11])
     for u in freed:
         NI[u, F_TYPE] = FREED
         FREE[T[10][C_FREE]] = u
@@ -671,6 +690,7 @@ def compact(T):
     WCUR = np.zeros(CH.shape[0], np.float64)
     BND = np.zeros(max(n_b, 16), np.float64)
     LI = np.full(max(n_li, 16), -1, np.int32)
+    LB = np.zeros((LI.shape[0], 4), np.float32)
     pc = 0
     pb = 0
     pl = 0
@@ -681,6 +701,7 @@ def compact(T):
             cap = max(MIN_LEAF_CAP, n + n // 2)
             o = NI[u, F_LOFF]
             LI[pl : pl + n] = T[8][o : o + n]
+            LB[pl : pl + n] = T[11][o : o + n]
             NI[u, F_LOFF] = pl
             NI[u, F_LCAP] = cap
             pl += cap
@@ -704,4 +725,4 @@ def compact(T):
     CNT[C_BND] = pb
     CNT[C_LI] = pl
     CNT[C_GARBAGE] = 0
-    return (T[0], T[1], CH, CLO, CHI, WOLD, WCUR, BND, LI, T[9], CNT)
+    return (T[0], T[1], CH, CLO, CHI, WOLD, WCUR, BND, LI, T[9], CNT, LB)

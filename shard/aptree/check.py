@@ -55,7 +55,8 @@ def check_tree(tree: APTree) -> None:
       every clause below the dummy cut has at most L keywords;
     * s-node boundaries are strictly increasing and span the node region; a clause is below the
       dummy cell iff its region contains the node region, else below exactly the cells it meets;
-    * leaves: no duplicate entry, only live clauses, slices inside the pool;
+    * leaves: no duplicate entry, only live clauses, slices inside the pool, each entry's float32
+      box copy contains the subscription's box;
     * sizes: F_SIZE = entries below; current cut/cell weights = distinct clauses below;
     * every live clause is stored.
     """
@@ -98,9 +99,21 @@ def check_tree(tree: APTree) -> None:
             assert 0 <= n <= cap and off + cap <= CNT[C_LI], _dump(T, u)
             items = LI[off : off + n].tolist()
             assert len(set(items)) == n, f"duplicate entries; {_dump(T, u)}"
-            for c in items:
+            LB = T[11]
+            for i, c in enumerate(items):
                 assert 0 <= c < store.n_clause_rows and cl_sub[c] >= 0, (
                     f"dead clause {c}; {_dump(T, u)}"
+                )
+                s = cl_sub[c]
+                lb = LB[off + i]
+                inside = (
+                    lb[0] <= bbox[s, 0]
+                    and lb[1] <= bbox[s, 1]
+                    and lb[2] >= bbox[s, 2]
+                    and lb[3] >= bbox[s, 3]
+                )
+                assert inside, (
+                    f"leaf box copy of clause {c} does not contain its box; {_dump(T, u)}"
                 )
             below[u] = set(items)
             entries[u] = n

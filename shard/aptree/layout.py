@@ -9,6 +9,7 @@ walk and mutate it without Python objects per node:
   all four aligned with ``CH``;
 * ``BND`` the s-node grid boundaries (``NX + 1`` x values then ``NY + 1`` y values);
 * ``LI`` the s-lists of the leaves (clause ids), each leaf a ``[LOFF, LOFF + LCAP)`` slice;
+* ``LB`` a widened float32 copy of each leaf entry's box, aligned with ``LI`` (match prefilter);
 * ``FREE`` recycled node ids; ``CNT`` counters (below).
 """
 
@@ -44,7 +45,7 @@ F_NBUILT = 19  # F_SIZE when the node was (re)built
 N_FIELDS = 20
 
 # ---- tree tuple indices -----------------------------------------------------------------
-T_NI, T_NF, T_CH, T_CLO, T_CHI, T_WOLD, T_WCUR, T_BND, T_LI, T_FREE, T_CNT = range(11)
+T_NI, T_NF, T_CH, T_CLO, T_CHI, T_WOLD, T_WCUR, T_BND, T_LI, T_FREE, T_CNT, T_LB = range(12)
 
 # ---- CNT counters -----------------------------------------------------------------------
 C_NODES = 0  # node ids handed out (high-water mark)

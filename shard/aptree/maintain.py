@@ -30,6 +30,7 @@ from shard.aptree.build import (
     ensure_nodes,
     init_node,
     make_leaf,
+    set_leaf_box,
 )
 from shard.aptree.layout import (
     C_GARBAGE,
@@ -100,7 +101,7 @@ def _new_leaf_child(T, parent, l, kp, sp, x0, y0, x1, y1):
     T = ensure_nodes(T, 1)
     child = alloc_node(T)
     init_node(T, child, parent, l, kp, sp, T[0][parent, F_DEPTH] + 1, x0, y0, x1, y1)
-    T = make_leaf(T, child, np.empty(0, np.int32))
+    T = make_leaf(T, child, np.empty(0, np.int32), np.empty((0, 4)), np.empty(0, np.int32))
     return T, child
 
 
@@ -135,7 +136,7 @@ def _route(T, S, params, c, delta, todo):
         typ = NI[u, F_TYPE]
         if typ == LEAF:
             if delta > 0:
-                T = _leaf_append(T, u, c)
+                T = _leaf_append(T, u, c, bbox, s)
                 NI = T[0]
                 if (
                     NI[u, F_LLEN] > theta_p
@@ -259,7 +260,7 @@ def _route(T, S, params, c, delta, todo):
 
 
 @njit(cache=True)
-def _leaf_append(T, u, c):
+def _leaf_append(T, u, c, bbox, s):
     NI = T[0]
     n = NI[u, F_LLEN]
     if n == NI[u, F_LCAP]:
@@ -271,10 +272,12 @@ def _leaf_append(T, u, c):
         T[10][C_LI] += cap
         old = NI[u, F_LOFF]
         LI[off : off + n] = LI[old : old + n]
+        T[11][off : off + n] = T[11][old : old + n]
         T[10][C_GARBAGE] += NI[u, F_LCAP]
         NI[u, F_LOFF] = off
         NI[u, F_LCAP] = cap
     T[8][NI[u, F_LOFF] + n] = c
+    set_leaf_box(T[11], NI[u, F_LOFF] + n, bbox, s)
     NI[u, F_LLEN] = n + 1
     return T
 
@@ -289,6 +292,7 @@ def _leaf_remove(T, u, c):
         if LI[i] == c:
             LI[i] = LI[off + n - 1]
             LI[off + n - 1] = -1
+            T[11][i] = T[11][off + n - 1]
             NI[u, F_LLEN] = n - 1
             return
     raise AssertionError("clause missing from the leaf it routes to")

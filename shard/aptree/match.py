@@ -57,6 +57,7 @@ def match_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom):
     CHI = T[4]
     BND = T[7]
     LI = T[8]
+    LB = T[11]
     root = T[10][C_ROOT]
     kind = S[0]
     bbox = S[1]
@@ -85,6 +86,10 @@ def match_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom):
         gy0 = m_geom[q, 1]
         gx1 = m_geom[q, 2]
         gy1 = m_geom[q, 3]
+        fx0 = np.float32(gx0)
+        fy0 = np.float32(gy0)
+        fx1 = np.float32(gx1)
+        fy1 = np.float32(gy1)
         if mlen == 0:
             continue
         top = 0
@@ -98,6 +103,10 @@ def match_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom):
                 off = NI[u, F_LOFF]
                 verified += NI[u, F_LLEN]
                 for k in range(off, off + NI[u, F_LLEN]):
+                    # the leaf's own float32 copy of the box rejects most entries without
+                    # touching the subscription columns
+                    if fx1 < LB[k, 0] or fx0 > LB[k, 2] or fy1 < LB[k, 1] or fy0 > LB[k, 3]:
+                        continue
                     c = LI[k]
                     s = cl_sub[c]
                     if SM[s] == stamp:

@@ -49,7 +49,8 @@ class SubscriptionStore:
         self.n_clause_rows = 0
         self.n_terms = 0
         self.term_garbage = 0
-        self.ids: list[str | None] = []
+        self.ids = np.full(slot_cap, None, dtype=object)
+        """Subscription id per slot (None when free); an object array so results map in one take."""
         self.slot_of: dict[str, int] = {}
         self.free_slots: list[int] = []
         self.free_clauses: dict[int, list[int]] = {}
@@ -93,6 +94,7 @@ class SubscriptionStore:
         self.first_clause = _resized(self.first_clause, cap, -1)
         self.n_clauses = _resized(self.n_clauses, cap)
         self.moving = _resized(self.moving, cap)
+        self.ids = _resized(self.ids, cap, None)
 
     def _grow_clauses(self, need: int) -> None:
         cap = self.cl_sub.shape[0]
@@ -213,7 +215,7 @@ class SubscriptionStore:
         self._grow_terms(max(len(terms), 1))
         self.terms[: len(terms)] = np.frombuffer(terms, np.int32)
         self.n_slots, self.n_clause_rows, self.n_terms = n, k, len(terms)
-        self.ids = ids
+        self.ids[:n] = ids
         self.slot_of = slot_of
         for slot in dead:
             self.slot_of[f"\x00dead{slot}"] = slot  # let remove() recycle the replaced row
@@ -225,7 +227,6 @@ class SubscriptionStore:
         slot = self.n_slots
         self.n_slots += 1
         self._grow_slots(self.n_slots)
-        self.ids.append(None)
         return slot
 
     def clauses_of(self, slot: int) -> np.ndarray:

@@ -262,21 +262,28 @@ class APTree:
     def encode(self, messages: Sequence[Message]) -> EncodedMessages:
         """Messages to kernel arrays: known term ids ascending (unknown terms cannot match). O(terms)."""
         n = len(messages)
-        off = np.zeros(n + 1, np.int64)
-        kind = np.zeros(n, np.int8)
-        geom = np.empty((n, 4), np.float64)
+        off = [0] * (n + 1)
+        kind = [0] * n
+        geom: list[float] = []
         ids: list[int] = []
-        encode_terms = self.store.encode_terms
+        get = self.store.vocab.get
         for i, m in enumerate(messages):
-            ids.extend(encode_terms(m.terms))
+            known = [t for t in map(get, m.terms) if t is not None]
+            known.sort()
+            ids += known
             off[i + 1] = len(ids)
             loc = m.location
-            if isinstance(loc, Point):
-                geom[i] = (loc.lon, loc.lat, loc.lon, loc.lat)
+            if type(loc) is Point:
+                geom += (loc.lon, loc.lat, loc.lon, loc.lat)
             else:
                 kind[i] = 1
-                geom[i] = (loc.min_lon, loc.min_lat, loc.max_lon, loc.max_lat)
-        return EncodedMessages(off, np.asarray(ids, np.int32), kind, geom)
+                geom += (loc.min_lon, loc.min_lat, loc.max_lon, loc.max_lat)
+        return EncodedMessages(
+            np.array(off, np.int64),
+            np.array(ids, np.int32),
+            np.array(kind, np.int8),
+            np.array(geom, np.float64).reshape(n, 4),
+        )
 
     def match_encoded(self, batch: EncodedMessages) -> tuple[np.ndarray, np.ndarray]:
         """(message index, subscription slot) for every match in the batch; compiled. Each
@@ -303,11 +310,9 @@ class APTree:
         []
         """
         out_m, out_s = self.match_encoded(self.encode(messages))
-        result: list[list[str]] = [[] for _ in messages]
-        ids = self.store.ids
-        for q, s in zip(out_m.tolist(), out_s.tolist(), strict=True):
-            result[q].append(ids[s])  # type: ignore[arg-type]
-        return result
+        names = self.store.ids[out_s].tolist()
+        bounds = np.searchsorted(out_m, np.arange(len(messages) + 1)).tolist()
+        return [names[bounds[i] : bounds[i + 1]] for i in range(len(messages))]
 
     def match(self, message: Message) -> list[str]:
         """The ids of the subscriptions ``message`` matches (order unspecified)."""
