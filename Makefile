@@ -15,11 +15,10 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-## make run: generate a demo workload and run the matching benchmark on it (AP-Tree vs brute force)
+## make run: generate a demo workload and benchmark the AP-Tree on it, brute force beside it
 run: $(STAMP)
-	$(BIN)/geopubsub gen --subs 200000 --msgs 5000 --out $(DEMO) --seed 7
-	$(BIN)/geopubsub bench match --subs $(DEMO)/subs.jsonl --msgs $(DEMO)/msgs.jsonl --index aptree
-	$(BIN)/geopubsub bench match --subs $(DEMO)/subs.jsonl --msgs $(DEMO)/msgs.jsonl --index brute --sample 200
+	$(BIN)/geopubsub gen --subs 200000 --msgs 10000 --out $(DEMO) --seed 7 --dnf-share 0.1 --circle-share 0.1 --region-msg-share 0.05
+	$(BIN)/geopubsub bench match --subs $(DEMO)/subs.jsonl --msgs $(DEMO)/msgs.jsonl --index aptree --baseline-sample 300
 
 ## make test: lint and the whole test suite
 test: $(STAMP)

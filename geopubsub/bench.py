@@ -13,6 +13,7 @@ import argparse
 import json
 import random
 import resource
+import statistics
 import sys
 import time
 from collections.abc import Iterator
@@ -44,6 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=200,
         help="with --index aptree, also run brute force on the first N messages (0: skip)",
     )
+    m.add_argument("--repeat", type=int, default=1, help="build and match N times; report medians")
     m.add_argument(
         "--message-sample",
         type=int,
@@ -174,29 +176,42 @@ def run_match(args) -> int:
     t0 = time.perf_counter()
     msgs = _read_msgs(args, errors, args.sample)
     sample_msgs = msgs[: args.message_sample] if args.message_sample else None
+    if args.repeat < 1:
+        raise ValidationError("--repeat", args.repeat, "must be >= 1")
+    builds: list[float] = []
+    matches: list[float] = []
     if args.index == "aptree":
         tree = APTree(**_tree_options(args))
         tree.store.add_bulk(_read_subs(args, errors))
         load_s = time.perf_counter() - t0
-        _log(
-            args,
-            f"loaded {len(tree):,} subscriptions, {len(msgs):,} messages in {load_s:.1f} s; building",
-        )
-        t1 = time.perf_counter()
-        tree.rebuild(message_sample=sample_msgs)
-        build_s = time.perf_counter() - t1
+        _log(args, f"loaded {len(tree):,} subscriptions, {len(msgs):,} messages in {load_s:.1f} s")
         index = tree
+        for run in range(args.repeat):
+            t1 = time.perf_counter()
+            tree.rebuild(message_sample=sample_msgs)
+            builds.append(time.perf_counter() - t1)
+            _log(args, f"run {run + 1}: built in {builds[-1]:.2f} s; matching")
+            match_s, result = _match_all(index, msgs, args)
+            matches.append(match_s)
         n_subs = len(tree)
     else:
         index = BruteMatcher(_read_subs(args, errors))
         load_s = time.perf_counter() - t0
-        t1 = time.perf_counter()
-        index._refresh()
-        build_s = time.perf_counter() - t1
         n_subs = len(index)
+        for run in range(args.repeat):
+            t1 = time.perf_counter()
+            index._dirty = True
+            index._refresh()
+            builds.append(time.perf_counter() - t1)
+            _log(
+                args,
+                f"run {run + 1}: built brute force over {n_subs:,} in {builds[-1]:.2f} s; matching",
+            )
+            match_s, result = _match_all(index, msgs, args)
+            matches.append(match_s)
     _report_bad(args, errors)
-    _log(args, f"built {args.index} over {n_subs:,} subscriptions in {build_s:.2f} s; matching")
-    match_s, result = _match_all(index, msgs, args)
+    build_s = statistics.median(builds)
+    match_s = statistics.median(matches)
     pairs = len(result) if isinstance(result, list) else result
     if args.out is not None:
         with open(args.out, "w", encoding="utf-8") as fh:
@@ -215,6 +230,9 @@ def run_match(args) -> int:
         "pairs": pairs,
         "bad_lines": len(errors),
         "peak_rss_mb": round(_peak_rss_mb(), 1),
+        "runs": args.repeat,
+        "build_s_runs": [round(b, 3) for b in builds],
+        "match_s_runs": [round(m, 4) for m in matches],
     }
     if args.index == "aptree" and args.baseline_sample > 0 and msgs:
         report["baseline"] = _baseline(args, index, msgs[: args.baseline_sample], report)
@@ -250,7 +268,8 @@ def _print_summary(r: dict) -> None:
     print(f"index          {r['index']}")
     print(f"subscriptions  {r['n_subs']:,}   messages {r['n_msgs']:,}   bad lines {r['bad_lines']}")
     print(f"load           {r['load_s']:.2f} s (read + validate + columns)")
-    print(f"build          {r['build_s']:.2f} s")
+    runs = f" (median of {r['runs']} runs)" if r["runs"] > 1 else ""
+    print(f"build          {r['build_s']:.2f} s{runs}")
     print(
         f"match          {r['match_s']:.3f} s   {r['us_per_msg']:.1f} us/msg   {r['msgs_per_s'] or 0:,.0f} msgs/s"
     )
