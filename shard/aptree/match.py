@@ -48,6 +48,28 @@ def _push(stack_n, stack_e, top, node, eta):
 
 
 @njit(cache=True)
+def pack_terms(ids, lens):
+    """CSR of a message batch from per-message term ids (-1: unknown, dropped): each message's
+    known ids ascending and de-duplicated. Returns (offsets, terms). O(terms log terms)."""
+    n = lens.shape[0]
+    off = np.zeros(n + 1, np.int64)
+    out = np.empty(ids.shape[0], np.int32)
+    pos = 0
+    src = 0
+    for q in range(n):
+        seg = np.sort(ids[src : src + lens[q]])
+        src += lens[q]
+        prev = -1
+        for t in seg:
+            if t >= 0 and t != prev:
+                out[pos] = t
+                pos += 1
+                prev = t
+        off[q + 1] = pos
+    return off, out[:pos].copy()
+
+
+@njit(cache=True)
 def match_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom):
     """Match every message of the batch. Returns (message index, subscription slot) pairs, the
     last stamp used and the number of leaf entries verified (the paper's cost measure). Cost per message: the nodes visited plus O(|c|) per clause verified."""

@@ -259,6 +259,58 @@ class SubscriptionStore:
     def live_clauses(self) -> np.ndarray:
         return np.flatnonzero(self.cl_sub[: self.n_clause_rows] >= 0).astype(np.int32)
 
+    # ---- locality ---------------------------------------------------------------------------
+    def relayout(self, order: np.ndarray) -> np.ndarray:
+        """Renumber the live slots in ``order`` (every live slot exactly once), lay their clauses
+        and terms out in that order, and drop the free rows. Returns the new id of every old
+        clause row (-1 for dead rows). After a build, ``order`` is the leaf order of the tree, so
+        the subscriptions one leaf verifies lie next to each other in memory. O(slots + terms)."""
+        order = np.asarray(order, np.int64)
+        n = order.shape[0]
+        if n != len(self.slot_of):
+            raise RuntimeError("relayout needs every live slot exactly once")
+        ncl = self.n_clauses[order].astype(np.int64)
+        old_first = self.first_clause[order]
+        new_first = np.zeros(n, np.int64)
+        np.cumsum(ncl[:-1], out=new_first[1:])
+        k = int(ncl.sum())
+        old_rows = np.repeat(old_first, ncl) + _ragged_arange(ncl)
+        new_of_old = np.full(self.n_clause_rows, -1, np.int64)
+        new_of_old[old_rows] = np.arange(k)
+        lens = self.cl_len[old_rows]
+        t_old = np.repeat(self.cl_off[old_rows], lens) + _ragged_arange(lens)
+        terms = self.terms[t_old]
+        offs = np.zeros(k, np.int64)
+        np.cumsum(lens[:-1].astype(np.int64), out=offs[1:])
+        slot_cap = max(n, 1024)
+        for name in ("kind", "bbox", "circ", "moving"):
+            col = getattr(self, name)
+            fresh = np.zeros((slot_cap,) + col.shape[1:], col.dtype)
+            fresh[:n] = col[order]
+            setattr(self, name, fresh)
+        ids = np.full(slot_cap, None, dtype=object)
+        ids[:n] = self.ids[order]
+        self.ids = ids
+        self.first_clause = np.full(slot_cap, -1, np.int64)
+        self.first_clause[:n] = new_first
+        self.n_clauses = np.zeros(slot_cap, np.int32)
+        self.n_clauses[:n] = ncl
+        cap = max(k, 1024)
+        self.cl_sub = np.full(cap, -1, np.int32)
+        self.cl_sub[:k] = np.repeat(np.arange(n, dtype=np.int32), ncl)
+        self.cl_off = np.zeros(cap, np.int64)
+        self.cl_off[:k] = offs
+        self.cl_len = np.zeros(cap, np.int32)
+        self.cl_len[:k] = lens
+        self.terms = np.zeros(max(terms.shape[0], 4096), np.int32)
+        self.terms[: terms.shape[0]] = terms
+        self.n_slots, self.n_clause_rows, self.n_terms = n, k, int(terms.shape[0])
+        self.term_garbage = 0
+        self.free_slots = []
+        self.free_clauses = {}
+        self.slot_of = dict(zip(ids[:n].tolist(), range(n), strict=True))
+        return new_of_old
+
     # ---- global keyword order -----------------------------------------------------------------
     def term_frequencies(self) -> np.ndarray:
         """Occurrences of each term id over the live clauses. O(terms)."""

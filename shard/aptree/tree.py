@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 
@@ -47,7 +48,7 @@ from shard.aptree.layout import (
     SNODE,
 )
 from shard.aptree.maintain import delete_clauses, insert_clauses, rebuild_nodes
-from shard.aptree.match import match_kernel
+from shard.aptree.match import match_kernel, pack_terms
 from shard.aptree.store import SubscriptionStore
 from shard.errors import ValidationError
 from shard.model import Message, Point, Subscription
@@ -190,8 +191,22 @@ class APTree:
             T, store.columns(), self._pw, self._spx, self._spy, self._params, 0, live
         )
         self._tree = T
+        self._relayout()
         self._update_kl_min()
         self._ensure_stamps()
+
+    def _relayout(self) -> None:
+        """Number subscriptions and clauses in the order the leaves hold them (first occurrence),
+        so that a leaf's verifications read neighbouring rows instead of random ones."""
+        T, store = self._tree, self.store
+        if not len(store):
+            return
+        pool = T[8][: int(T[10][C_LI])]  # a fresh build leaves no garbage: -1 or a live clause
+        used = pool >= 0
+        slots = store.cl_sub[pool[used]]
+        _, first = np.unique(slots, return_index=True)
+        new_of_old = store.relayout(slots[np.sort(first)])
+        pool[used] = new_of_old[pool[used]]
 
     # ---- maintenance ------------------------------------------------------------------------
     def subscribe(self, sub: Subscription) -> None:
@@ -260,30 +275,25 @@ class APTree:
 
     # ---- matching ---------------------------------------------------------------------------
     def encode(self, messages: Sequence[Message]) -> EncodedMessages:
-        """Messages to kernel arrays: known term ids ascending (unknown terms cannot match). O(terms)."""
+        """Messages to kernel arrays: known term ids ascending (unknown terms cannot match).
+        O(terms): one dict look-up per term in C (``map``), the packing compiled."""
         n = len(messages)
-        off = [0] * (n + 1)
-        kind = [0] * n
-        geom: list[float] = []
-        ids: list[int] = []
-        get = self.store.vocab.get
-        for i, m in enumerate(messages):
-            known = [t for t in map(get, m.terms) if t is not None]
-            known.sort()
-            ids += known
-            off[i + 1] = len(ids)
-            loc = m.location
-            if type(loc) is Point:
-                geom += (loc.lon, loc.lat, loc.lon, loc.lat)
-            else:
-                kind[i] = 1
-                geom += (loc.min_lon, loc.min_lat, loc.max_lon, loc.max_lat)
-        return EncodedMessages(
-            np.array(off, np.int64),
-            np.array(ids, np.int32),
-            np.array(kind, np.int8),
-            np.array(geom, np.float64).reshape(n, 4),
-        )
+        flat = [t for m in messages for t in m.terms]
+        ids = np.array(list(map(self.store.vocab.get, flat, repeat(-1, len(flat)))), np.int32)
+        lens = np.array([len(m.terms) for m in messages], np.int64)
+        locs = [m.location for m in messages]
+        kind = np.array([type(loc) is not Point for loc in locs], np.int8)
+        geom = np.array(
+            [
+                (loc.lon, loc.lat, loc.lon, loc.lat)
+                if type(loc) is Point
+                else (loc.min_lon, loc.min_lat, loc.max_lon, loc.max_lat)
+                for loc in locs
+            ],
+            np.float64,
+        ).reshape(n, 4)
+        off, terms = pack_terms(ids, lens)
+        return EncodedMessages(off, terms, kind, geom)
 
     def match_encoded(self, batch: EncodedMessages) -> tuple[np.ndarray, np.ndarray]:
         """(message index, subscription slot) for every match in the batch; compiled. Each
