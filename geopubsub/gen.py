@@ -336,7 +336,7 @@ def _space(text: str) -> tuple[float, float, float, float]:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("gen", help="write a synthetic workload (subs.jsonl, msgs.jsonl)")
     p.add_argument("--subs", type=int, required=True)
-    p.add_argument("--msgs", type=int, required=True)
+    p.add_argument("--msgs", type=int, help="messages (with --moving: steps x --msgs-per-step)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--vocab", type=int, default=200_000)
@@ -356,11 +356,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--min-area", type=float, default=0.0001)
     p.add_argument("--max-area", type=float, default=0.01)
     p.add_argument("--space", type=_space, default=(-180.0, -90.0, 180.0, 90.0))
+    m = p.add_argument_group(
+        "moving (--moving writes events.jsonl; defaults after the paper's Table 3)"
+    )
+    m.add_argument("--moving", action="store_true", help="every subscriber moves; write events")
+    m.add_argument("--steps", type=int, default=100)
+    m.add_argument("--step-s", type=float, default=30.0, help="seconds per step")
+    m.add_argument(
+        "--mobility", type=float, default=0.2, help="share of subscribers moving per step"
+    )
+    m.add_argument("--velocity-kmh", type=float, default=50.0)
+    m.add_argument("--msgs-per-step", type=int, default=1000)
+    m.add_argument("--lifetime-steps", type=float, default=10.0, help="message ttl in steps")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     t0 = time.perf_counter()
+    if args.moving:
+        args.moving_share = 1.0
+        if args.msgs is None:
+            args.msgs = args.steps * args.msgs_per_step
+    elif args.msgs is None:
+        raise ValidationError("--msgs", None, "is required (or give --moving)")
     summary = generate(
         args.subs,
         args.msgs,
@@ -385,4 +403,20 @@ def run(args) -> int:
         f"{summary['moving']:,} moving) and {summary['msgs']:,} messages ({summary['region_msgs']:,} regions) "
         f"to {summary['dir']} in {dt:.1f} s"
     )
+    if args.moving:
+        from geopubsub.gen_moving import write_events
+
+        ev = write_events(
+            Path(args.out),
+            seed=args.seed,
+            steps=args.steps,
+            step_s=args.step_s,
+            mobility=args.mobility,
+            velocity_kmh=args.velocity_kmh,
+            lifetime_steps=args.lifetime_steps,
+        )
+        print(
+            f"wrote events.jsonl: {ev['publishes']:,} publishes, {ev['moves']:,} moves "
+            f"in {time.perf_counter() - t0:.1f} s"
+        )
     return 0

@@ -33,6 +33,7 @@ from shard.aptree.layout import (
     FREED,
     KNODE,
     LEAF,
+    P_GAP_TO_DUMMY,
     P_MAX_SPAN,
     SNODE,
 )
@@ -72,6 +73,7 @@ def check_tree(tree: APTree) -> None:
     )
     root = int(CNT[C_ROOT])
     max_span = tree._params[P_MAX_SPAN]
+    gap_to_dummy = tree._params[P_GAP_TO_DUMMY] > 0.5
     assert NI[root, F_PARENT] == -1, _dump(T, root)
     below: dict[int, set[int]] = {}
     entries: dict[int, int] = {}
@@ -157,7 +159,12 @@ def check_tree(tree: APTree) -> None:
                 if k:
                     assert CHI[off + k - 1] < CLO[off + k], _dump(T, u)
             for c in dummy_set:
-                assert cl_len[c] <= l, f"clause {c} in dummy cut; {_dump(T, u)}"
+                if cl_len[c] <= l:
+                    continue
+                # only with P_GAP_TO_DUMMY: a keyword that lies in no cut
+                w = int(terms[cl_off[c] + l])
+                in_cut = any(CLO[off + k] <= w <= CHI[off + k] for k in range(nch))
+                assert gap_to_dummy and not in_cut, f"clause {c} in dummy cut; {_dump(T, u)}"
             for k in range(nch):
                 for c in child_sets[k]:
                     assert cl_len[c] > l, _dump(T, u)

@@ -70,7 +70,10 @@ P_MAX_DEPTH = 5
 P_MSG_SAMPLE = 6  # 1.0: hit probabilities come from a message sample
 P_KL_CHECK_FRACTION = 7
 P_MAX_SPAN = 8  # an s-node sends a region meeting more cells than this to its dummy cell
-N_PARAMS = 9
+P_GAP_TO_DUMMY = 9  # 1.0: an inserted clause whose L-th keyword lies between cuts goes to the
+# dummy cut instead of widening the cut before it. The AP+-Tree needs this: a message's path never
+# changes after it was stored, so a widened cut would miss the messages stored before.
+N_PARAMS = 10
 
 # ---- defaults ---------------------------------------------------------------------------
 DEFAULT_FANOUT = 200

@@ -60,6 +60,7 @@ from shard.aptree.layout import (
     FREED,
     KNODE,
     LEAF,
+    P_GAP_TO_DUMMY,
     P_KL_CHECK_FRACTION,
     P_KL_MIN_SIZE,
     P_MAX_SPAN,
@@ -120,8 +121,10 @@ def _note_update(T, params, u, todo):
 
 
 @njit(cache=True)
-def _route(T, S, params, c, delta, todo):
-    """Route clause c from the root; delta=+1 inserts it into every leaf it belongs to, -1 removes it."""
+def _route(T, S, params, c, delta, todo, touched, created):
+    """Route clause c from the root; delta=+1 inserts it into every leaf it belongs to, -1 removes
+    it. Appends each leaf it reaches to ``touched`` and each leaf it had to create (under a node
+    that had no such child) to ``created``."""
     bbox = S[1]
     s = S[3][c]
     cl_off = S[4]
@@ -135,6 +138,7 @@ def _route(T, S, params, c, delta, todo):
         NI = T[0]
         typ = NI[u, F_TYPE]
         if typ == LEAF:
+            touched.append(u)
             if delta > 0:
                 T = _leaf_append(T, u, c, bbox, s)
                 NI = T[0]
@@ -165,17 +169,9 @@ def _route(T, S, params, c, delta, todo):
         off = NI[u, F_CHOFF]
         if typ == KNODE:
             l = NI[u, F_L]
-            if cl_len[c] <= l:
-                NI[u, F_WD_CUR] += delta
-                d = NI[u, F_DUMMY]
-                if d < 0:
-                    T, d = _new_leaf_child(
-                        T, u, l + 1, 0, NI[u, F_SP], NF[u, 0], NF[u, 1], NF[u, 2], NF[u, 3]
-                    )
-                    NI = T[0]
-                    NI[u, F_DUMMY] = d
-                stack.append(d)
-            else:
+            lo = -1
+            w = -1
+            if cl_len[c] > l:
                 w = terms[cl_off[c] + l]
                 nch = NI[u, F_NCH]
                 CLO = T[3]
@@ -188,6 +184,20 @@ def _route(T, S, params, c, delta, todo):
                         lo = mid
                     else:
                         hi = mid - 1
+                if params[P_GAP_TO_DUMMY] > 0.5 and (w < CLO[off + lo] or w > CHI[off + lo]):
+                    lo = -1  # a keyword between cuts goes to the dummy cut (see layout)
+            if lo < 0:
+                NI[u, F_WD_CUR] += delta
+                d = NI[u, F_DUMMY]
+                if d < 0:
+                    T, d = _new_leaf_child(
+                        T, u, l + 1, 0, NI[u, F_SP], NF[u, 0], NF[u, 1], NF[u, 2], NF[u, 3]
+                    )
+                    NI = T[0]
+                    NI[u, F_DUMMY] = d
+                    created.append(d)
+                stack.append(d)
+            else:
                 # a keyword between two cuts joins the cut before it (or the first cut)
                 if w < CLO[off + lo]:
                     CLO[off + lo] = w
@@ -210,6 +220,7 @@ def _route(T, S, params, c, delta, todo):
                     )
                     NI = T[0]
                     T[2][off + lo] = child
+                    created.append(child)
                 stack.append(child)
         else:
             boff = NI[u, F_BOFF]
@@ -232,6 +243,7 @@ def _route(T, S, params, c, delta, todo):
                     )
                     NI = T[0]
                     NI[u, F_DUMMY] = d
+                    created.append(d)
                 stack.append(d)
             else:
                 for a in range(x0, x1 + 1):
@@ -254,6 +266,7 @@ def _route(T, S, params, c, delta, todo):
                             )
                             NI = T[0]
                             T[2][k] = child
+                            created.append(child)
                         stack.append(np.int64(child))
         _note_update(T, params, u, todo)
     return T
@@ -299,25 +312,34 @@ def _leaf_remove(T, u, c):
 
 
 @njit(cache=True)
+def _int_list():
+    out = List()
+    out.append(np.int64(0))
+    out.pop()
+    return out
+
+
+@njit(cache=True)
 def insert_clauses(T, S, params, clauses):
-    """Insert clause ids; returns (tree, nodes to rebuild). O(depth + cells touched) per clause."""
-    todo = List()
-    todo.append(np.int64(0))
-    todo.pop()
+    """Insert clause ids. Returns (tree, nodes to rebuild, leaves reached, leaves created).
+    O(depth + cells touched) per clause."""
+    todo = _int_list()
+    touched = _int_list()
+    created = _int_list()
     for c in clauses:
-        T = _route(T, S, params, c, 1, todo)
-    return T, _unique_todo(todo)
+        T = _route(T, S, params, c, 1, todo, touched, created)
+    return T, _unique_todo(todo), _unique_todo(touched), _unique_todo(created)
 
 
 @njit(cache=True)
 def delete_clauses(T, S, params, clauses):
-    """Delete clause ids; returns (tree, nodes to rebuild or collapse)."""
-    todo = List()
-    todo.append(np.int64(0))
-    todo.pop()
+    """Delete clause ids. Returns (tree, nodes to rebuild or collapse, leaves reached)."""
+    todo = _int_list()
+    touched = _int_list()
+    created = _int_list()
     for c in clauses:
-        T = _route(T, S, params, c, -1, todo)
-    return T, _unique_todo(todo)
+        T = _route(T, S, params, c, -1, todo, touched, created)
+    return T, _unique_todo(todo), _unique_todo(touched)
 
 
 @njit(cache=True)

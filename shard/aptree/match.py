@@ -48,6 +48,13 @@ def _push(stack_n, stack_e, top, node, eta):
 
 
 @njit(cache=True)
+def _grown(a, n):
+    b = np.empty(2 * n, a.dtype)
+    b[:n] = a[:n]
+    return b
+
+
+@njit(cache=True)
 def pack_terms(ids, lens):
     """CSR of a message batch from per-message term ids (-1: unknown, dropped): each message's
     known ids ascending and de-duplicated. Returns (offsets, terms). O(terms log terms)."""
@@ -72,7 +79,20 @@ def pack_terms(ids, lens):
 @njit(cache=True)
 def match_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom):
     """Match every message of the batch. Returns (message index, subscription slot) pairs, the
-    last stamp used and the number of leaf entries verified (the paper's cost measure). Cost per message: the nodes visited plus O(|c|) per clause verified."""
+    last stamp used and the number of leaf entries verified (the paper's cost measure). Cost per
+    message: the nodes visited plus O(|c|) per clause verified."""
+    out_m, out_s, stamp, verified, _, _, _ = traverse_kernel(
+        T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, T[10][C_ROOT], False
+    )
+    return out_m, out_s, stamp, verified
+
+
+@njit(cache=True)
+def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start, trace):
+    """Alg. 1 from node ``start`` (the root, or a rebuilt subtree with η = 0). With ``trace``
+    it also returns every node each message visited, in visiting order, as (message index, node,
+    dead end) where a dead end is a child the message would enter that does not exist (a missing
+    dummy, an empty cell or cut): the AP+-Tree stores messages along these traces."""
     NI = T[0]
     CH = T[2]
     CLO = T[3]
@@ -80,7 +100,6 @@ def match_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom):
     BND = T[7]
     LI = T[8]
     LB = T[11]
-    root = T[10][C_ROOT]
     kind = S[0]
     bbox = S[1]
     circ = S[2]
@@ -96,6 +115,11 @@ def match_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom):
     stack_e = np.empty(256, np.int64)
     stamp = stamp0
     verified = 0
+    ntr = 0
+    cap = 4096 if trace else 1
+    tr_m = np.empty(cap, np.int32)
+    tr_n = np.empty(cap, np.int32)
+    tr_d = np.zeros(cap, np.bool_)
     for q in range(nm):
         stamp += 1
         t0 = m_off[q]
@@ -115,12 +139,21 @@ def match_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom):
         if mlen == 0:
             continue
         top = 0
-        stack_n, stack_e, top = _push(stack_n, stack_e, top, root, 0)
+        stack_n, stack_e, top = _push(stack_n, stack_e, top, start, 0)
         while top > 0:
             top -= 1
             u = stack_n[top]
             eta = stack_e[top]
             typ = NI[u, F_TYPE]
+            if trace:
+                if ntr == tr_m.shape[0]:
+                    tr_m = _grown(tr_m, ntr)
+                    tr_n = _grown(tr_n, ntr)
+                    tr_d = _grown(tr_d, ntr)
+                tr_m[ntr] = q
+                tr_n[ntr] = u
+                tr_d[ntr] = False
+                ntr += 1
             if typ == LEAF:
                 off = NI[u, F_LOFF]
                 verified += NI[u, F_LLEN]
@@ -163,6 +196,8 @@ def match_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom):
                 d = NI[u, F_DUMMY]
                 if d >= 0:
                     stack_n, stack_e, top = _push(stack_n, stack_e, top, d, eta)
+                elif trace:
+                    tr_d[ntr - 1] = True
                 off = NI[u, F_CHOFF]
                 nch = NI[u, F_NCH]
                 last = -1
@@ -187,10 +222,14 @@ def match_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom):
                         # a child refining this cut at the same offset still needs keyword i
                         nxt = i if NI[child, F_L] == NI[u, F_L] else i + 1
                         stack_n, stack_e, top = _push(stack_n, stack_e, top, child, nxt)
+                    elif trace:
+                        tr_d[ntr - 1] = True
             else:
                 d = NI[u, F_DUMMY]
                 if d >= 0:
                     stack_n, stack_e, top = _push(stack_n, stack_e, top, d, eta)
+                elif trace:
+                    tr_d[ntr - 1] = True
                 off = NI[u, F_CHOFF]
                 boff = NI[u, F_BOFF]
                 nx = NI[u, F_NX]
@@ -201,6 +240,8 @@ def match_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom):
                     child = CH[off + a * ny + b]
                     if child >= 0:
                         stack_n, stack_e, top = _push(stack_n, stack_e, top, child, eta)
+                    elif trace:
+                        tr_d[ntr - 1] = True
                 else:
                     x0, x1 = cell_range(BND, boff, nx, gx0, gx1)
                     y0, y1 = cell_range(BND, boff + nx + 1, ny, gy0, gy1)
@@ -209,4 +250,14 @@ def match_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom):
                             child = CH[off + a * ny + b]
                             if child >= 0:
                                 stack_n, stack_e, top = _push(stack_n, stack_e, top, child, eta)
-    return out_m[:nout].copy(), out_s[:nout].copy(), stamp, verified
+                            elif trace:
+                                tr_d[ntr - 1] = True
+    return (
+        out_m[:nout].copy(),
+        out_s[:nout].copy(),
+        stamp,
+        verified,
+        tr_m[:ntr].copy(),
+        tr_n[:ntr].copy(),
+        tr_d[:ntr].copy(),
+    )

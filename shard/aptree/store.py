@@ -322,8 +322,8 @@ class SubscriptionStore:
             counts += np.bincount(self.terms[idx], minlength=len(self.vocab_terms))
         return counts
 
-    def reorder_terms(self, order: str | list[str] = "frequency") -> None:
-        """Renumber term ids so that id = rank in the global keyword order, then re-sort every
+    def reorder_terms(self, order: str | list[str] = "frequency") -> np.ndarray:
+        """Renumber term ids (returns the new id of every old id) so that id = rank in the global keyword order, then re-sort every
         clause. ``order`` is "frequency" (decreasing frequency over subscription keywords, the
         paper's default), "rare-first" (increasing frequency), "alphabetical", or an explicit list of terms ranked first (the rest
         follow by decreasing frequency). O(terms + V log V)."""
@@ -356,6 +356,7 @@ class SubscriptionStore:
         self.vocab_terms = [self.vocab_terms[i] for i in rank_of_old]
         self.vocab = {t: i for i, t in enumerate(self.vocab_terms)}
         _sort_clause_terms(self.cl_off, self.cl_len, self.terms, self.n_clause_rows)
+        return new_id
 
 
 def _resized(a: np.ndarray, cap: int, fill=0) -> np.ndarray:

@@ -157,7 +157,7 @@ class APTree:
     def rebuild(self, *, message_sample: Iterable[Message] | None = None) -> None:
         """Construct the whole tree anew from the live subscriptions (fresh keyword order too)."""
         store = self.store
-        store.reorder_terms(self.keyword_order)
+        self._terms_renumbered(store.reorder_terms(self.keyword_order))
         if message_sample is not None:
             sample = list(message_sample)
             df = np.zeros(len(store.vocab_terms), np.float64)
@@ -208,6 +208,9 @@ class APTree:
         new_of_old = store.relayout(slots[np.sort(first)])
         pool[used] = new_of_old[pool[used]]
 
+    def _terms_renumbered(self, new_id: np.ndarray) -> None:
+        """Hook: term ids were renumbered (``new_id[old]``); the AP+-Tree rewrites its messages."""
+
     # ---- maintenance ------------------------------------------------------------------------
     def subscribe(self, sub: Subscription) -> None:
         """Add ``sub``, replacing a subscription with the same id. O(depth + cells touched) amortised.
@@ -223,7 +226,7 @@ class APTree:
         _, clauses = self.store.add(sub)
         self._extend_pw()
         self._ensure_stamps()
-        T, todo = insert_clauses(self._tree, self.store.columns(), self._params, clauses)
+        T, todo, _, _ = insert_clauses(self._tree, self.store.columns(), self._params, clauses)
         self._tree = T
         if todo.size:
             self._rebuild_nodes(todo)
@@ -234,7 +237,7 @@ class APTree:
         """Remove the subscription ``sub_id`` (NotFoundError if unknown). O(depth + leaf size)."""
         slot = self.store.slot(sub_id)
         clauses = self.store.clauses_of(slot)
-        T, todo = delete_clauses(self._tree, self.store.columns(), self._params, clauses)
+        T, todo, _ = delete_clauses(self._tree, self.store.columns(), self._params, clauses)
         self._tree = T
         if todo.size:
             self._rebuild_nodes(todo)

@@ -1,0 +1,73 @@
+"""``check_mlists``: the m-list invariants of an AP+-Tree, asserted (slow; for tests)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from shard.aptree.layout import C_NODES, C_ROOT, F_PARENT, F_TYPE, FREED, LEAF
+from shard.aptree.match import traverse_kernel
+
+if TYPE_CHECKING:
+    from shard.applus.tree import APPlusTree
+
+
+def check_mlists(tree: APPlusTree) -> None:
+    """Assert:
+
+    * list slices lie inside the pool and do not overlap; freed nodes hold no entry;
+    * every entry names a stored message slot;
+    * completeness: every live message whose traversal of the current tree reaches a leaf is on
+      the m-list of that leaf or of one of its ancestors.
+    """
+    T = tree._tree
+    ML, MP, MC = tree._mt
+    NI = T[0]
+    n_nodes = int(T[10][C_NODES])
+    msgs = tree.msgs
+    on: dict[int, set[int]] = {}
+    spans = []
+    for u in range(n_nodes):
+        for which in (0, 3):
+            off, n, cap = (int(v) for v in ML[u, which : which + 3])
+            assert 0 <= n <= cap, f"node {u} list {which}: len {n} cap {cap}"
+            assert off + cap <= int(MC[0]) or cap == 0, f"node {u} list {which} outside the pool"
+            if cap:
+                spans.append((off, off + cap))
+            if NI[u, F_TYPE] == FREED:
+                assert n == 0, f"freed node {u} holds entries"
+            entries = MP[off : off + n].tolist()
+            for x in entries:
+                assert 0 <= x < msgs.n_slots, f"node {u}: bad slot {x}"
+            if which == 0:
+                on[u] = set(entries)
+    spans.sort()
+    for (a0, a1), (b0, _) in zip(spans, spans[1:], strict=False):
+        assert a1 <= b0, f"pool slices overlap: [{a0},{a1}) and [{b0},...)"
+    live = np.flatnonzero(msgs.alive[: msgs.n_slots])
+    if not live.size:
+        return
+    tree._sync()
+    off, terms, kind, geom = msgs.encoded(live)
+    _, _, tree._stamp, _, tr_m, tr_n, _ = traverse_kernel(
+        T,
+        tree.store.columns(),
+        tree._term_stamp,
+        tree._sub_stamp,
+        tree._stamp,
+        off,
+        terms,
+        kind,
+        geom,
+        int(T[10][C_ROOT]),
+        True,
+    )
+    for q, u in zip(tr_m.tolist(), tr_n.tolist(), strict=True):
+        if NI[u, F_TYPE] != LEAF:
+            continue
+        x = int(live[q])
+        v = u
+        while v >= 0 and x not in on.get(v, ()):
+            v = int(NI[v, F_PARENT])
+        assert v >= 0, f"live message slot {x} reaches leaf {u} but no m-list on its path holds it"

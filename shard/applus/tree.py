@@ -1,0 +1,397 @@
+"""``APPlusTree``: the AP-Tree with m-lists of live messages for moving subscriptions (Sect. 4).
+
+Time is a parameter: every operation takes ``now`` (seconds) and first advances to it, so the
+updates it returns start with the expirations up to ``now``. An update is a tuple
+``(subscription id, "+" | "-", message id)``; a client applying them in order holds exactly
+R(s, t) = {live m : m matches s at its current region} after every operation.
+
+>>> from shard.model import Subscription, Message, Rect, Point
+>>> t = APPlusTree()
+>>> t.subscribe(Subscription("s", (("ipad",),), Rect(0, 0, 1, 1), moving=True), now=0.0)
+[]
+>>> t.publish(Message("m", ("ipad",), Point(2.5, 0.5), ttl=10.0), now=1.0)
+[]
+>>> t.move("s", Point(2.5, 0.5), now=2.0)
+[('s', '+', 'm')]
+>>> t.advance(11.0)
+[('s', '-', 'm')]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from shard.applus.messages import MessageStore
+from shard.applus.mlists import (
+    count_entries,
+    diff_results,
+    ensure_rows,
+    gather_subtrees,
+    new_mlists,
+    purge,
+    repair_created,
+    store_traces,
+)
+from shard.aptree.layout import F_PARENT, F_TYPE, FREED, P_GAP_TO_DUMMY
+from shard.aptree.maintain import delete_clauses, insert_clauses
+from shard.aptree.match import pack_terms, traverse_kernel
+from shard.aptree.tree import APTree
+from shard.errors import ValidationError
+from shard.geometry import KIND_CIRCLE, region_columns
+from shard.model import Circle, Message, Point, Rect, Subscription
+
+Update = tuple[str, str, str]
+
+DEFAULT_DUP_LIMIT = 64
+"""Leaves a message may be stored in before it stays at an ancestor level (Sect. 4.2.4)."""
+
+DEFAULT_PURGE_INTERVAL = 60.0
+"""Seconds of ``now`` between lazy deletions of expired messages' entries (Sect. 4.2.3)."""
+
+PURGE_MIN_DEAD = 65536
+"""A purge also runs once this many expired messages (and at least as many as are live) wait."""
+
+
+class APPlusTree(APTree):
+    """AP+-Tree: publish, subscribe, move, unsubscribe, advance with exact ± updates."""
+
+    def __init__(
+        self,
+        *,
+        dup_limit: int = DEFAULT_DUP_LIMIT,
+        purge_interval: float = DEFAULT_PURGE_INTERVAL,
+        **options,
+    ) -> None:
+        super().__init__(**options)
+        if not isinstance(dup_limit, int) or dup_limit < 1:
+            raise ValidationError("dup_limit", dup_limit, "must be an integer >= 1")
+        if not purge_interval > 0:
+            raise ValidationError("purge_interval", purge_interval, "must be > 0")
+        self._params[P_GAP_TO_DUMMY] = 1.0
+        self.dup_limit = dup_limit
+        self.purge_interval = float(purge_interval)
+        self.msgs = MessageStore()
+        self._mt = new_mlists()
+        self.now = -math.inf
+        self._last_purge = -math.inf
+        self._nstamp = np.zeros(1024, np.int64)
+        self._mstamp = np.zeros(1024, np.int64)
+        self._dstamp = 0
+        self._dterm = np.zeros(1024, np.int64)
+        self._dts = 0
+
+    # ---- bookkeeping ----------------------------------------------------------------------
+    def _sync(self) -> None:
+        """Grow the per-node, per-message and per-term side arrays to the current sizes."""
+        n = self._tree[0].shape[0]
+        self._mt = ensure_rows(self._mt, n)
+        if n > self._nstamp.shape[0]:
+            self._nstamp = np.zeros(max(n, 2 * self._nstamp.shape[0]), np.int64)
+        m = self.msgs.alive.shape[0]
+        if m > self._mstamp.shape[0]:
+            self._mstamp = np.zeros(max(m, 2 * self._mstamp.shape[0]), np.int64)
+        v = len(self.store.vocab_terms)
+        if v > self._dterm.shape[0]:
+            self._dterm = np.zeros(max(v, 2 * self._dterm.shape[0]), np.int64)
+        self._extend_pw()
+        self._ensure_stamps()
+
+    def _terms_renumbered(self, new_id: np.ndarray) -> None:
+        self.msgs.remap_terms(new_id)
+
+    def _reinsert(self, slots: np.ndarray, start: int) -> None:
+        """Run the traversal of each message from ``start`` and hang it on the nodes it reaches."""
+        if not slots.size:
+            return
+        self._sync()
+        off, terms, kind, geom = self.msgs.encoded(slots)
+        _, _, self._stamp, _, tr_m, tr_n, tr_d = traverse_kernel(
+            self._tree,
+            self.store.columns(),
+            self._term_stamp,
+            self._sub_stamp,
+            self._stamp,
+            off,
+            terms,
+            kind,
+            geom,
+            start,
+            True,
+        )
+        self._mt = store_traces(self._tree, self._mt, tr_m, tr_n, tr_d, slots, self.dup_limit)
+
+    def rebuild(self, *, message_sample=None) -> None:
+        live = np.flatnonzero(self.msgs.alive[: self.msgs.n_slots]).astype(np.int32)
+        super().rebuild(message_sample=message_sample)
+        self._mt = new_mlists(self._tree[0].shape[0])
+        self.msgs.release_dead()
+        self._reinsert(live, int(self._tree[10][5]))
+
+    def _rebuild_nodes(self, todo: np.ndarray) -> None:
+        """Rebuild subtrees (splits, collapses, KL reconstructions) carrying their messages over:
+        gather each topmost subtree's messages, rebuild, run their traversals from its root."""
+        NI = self._tree[0]
+        pending = set(todo.tolist())
+        tops = []
+        for u in pending:
+            if NI[u, F_TYPE] == FREED:
+                continue
+            p = int(NI[u, F_PARENT])
+            while p >= 0 and p not in pending:
+                p = int(NI[p, F_PARENT])
+            if p < 0:
+                tops.append(u)
+        self._sync()
+        carried = [
+            (u, gather_subtrees(self._tree, self._mt, np.array([u], np.int64), self.msgs.alive))
+            for u in tops
+        ]
+        super()._rebuild_nodes(todo)
+        for u, slots in carried:
+            self._reinsert(slots, u)
+
+    # ---- time -----------------------------------------------------------------------------
+    def advance(self, now: float) -> list[Update]:
+        """Expire every message with t + ttl <= now: (s, -m) for each s whose result holds m."""
+        if not isinstance(now, (int, float)) or not math.isfinite(now):
+            raise ValidationError("now", now, "must be a finite number of seconds")
+        if now < self.now:
+            raise ValidationError("now", now, f"must not go back in time (last now={self.now})")
+        self.now = float(now)
+        expired = self.msgs.pop_expired(self.now)
+        updates: list[Update] = []
+        if expired:
+            slots = np.array(expired, np.int64)
+            out_m, out_s = self._match_arrays(*self.msgs.encoded(slots))
+            names = self.store.ids[out_s].tolist()
+            msgs = self.msgs.messages
+            updates = [
+                (s, "-", msgs[expired[q]].id) for s, q in zip(names, out_m.tolist(), strict=True)
+            ]
+        dead = len(self.msgs.dead)
+        if dead and (
+            dead >= max(PURGE_MIN_DEAD, len(self.msgs))
+            or self.now - self._last_purge >= self.purge_interval
+        ):
+            self.purge()
+        return updates
+
+    def purge(self) -> None:
+        """Lazy deletion: drop expired messages' entries from every list, recycle their slots."""
+        self._sync()
+        self._mt = purge(self._tree, self._mt, self.msgs.alive, int(self._tree[10][0]))
+        self.msgs.release_dead()
+        self._last_purge = self.now
+
+    def _match_arrays(self, off, terms, kind, geom):
+        self._ensure_stamps()
+        from shard.aptree.tree import EncodedMessages
+
+        return self.match_encoded(EncodedMessages(off, terms, kind, geom))
+
+    # ---- messages -------------------------------------------------------------------------
+    def publish(self, msg: Message, now: float) -> list[Update]:
+        """Deliver ``msg``: (s, +m) for each matching s; a message with ttl > 0 stays live."""
+        return self.publish_batch([msg], now)
+
+    def publish_batch(self, messages: Sequence[Message], now: float) -> list[Update]:
+        """Publish several messages at ``now`` with one compiled traversal (the shard's micro-batch)."""
+        updates = self.advance(now)
+        stored = [m.ttl is not None and m.ttl > 0 for m in messages]
+        seen: set[str] = set()
+        for m, keep in zip(messages, stored, strict=True):
+            if keep and (m.id in self.msgs.slot_of or m.id in seen):
+                raise ValidationError("id", m.id, "a live message already has this id")
+            seen.add(m.id)
+        # stored messages intern every term: a subscription may use it later
+        term_id, get = self.store.term_id, self.store.vocab.get
+        flat: list[int] = []
+        for m, keep in zip(messages, stored, strict=True):
+            flat.extend(map(term_id, m.terms) if keep else (get(t, -1) for t in m.terms))
+        off, terms = pack_terms(
+            np.array(flat, np.int32), np.array([len(m.terms) for m in messages], np.int64)
+        )
+        kind = np.array([type(m.location) is not Point for m in messages], np.int8)
+        geom = np.array([_box(m.location) for m in messages], np.float64).reshape(-1, 4)
+        slot_of_q = np.full(len(messages), -1, np.int32)
+        for q, (m, keep) in enumerate(zip(messages, stored, strict=True)):
+            if keep:
+                ids = terms[off[q] : off[q + 1]]
+                slot_of_q[q] = self.msgs.add(m, ids, self.now + float(m.ttl))
+        self._sync()
+        out_m, out_s, self._stamp, verified, tr_m, tr_n, tr_d = traverse_kernel(
+            self._tree,
+            self.store.columns(),
+            self._term_stamp,
+            self._sub_stamp,
+            self._stamp,
+            off,
+            terms,
+            kind,
+            geom,
+            int(self._tree[10][5]),
+            any(stored),
+        )
+        self.verified += int(verified)
+        if tr_m.size:
+            self._mt = store_traces(
+                self._tree, self._mt, tr_m, tr_n, tr_d, slot_of_q, self.dup_limit
+            )
+        names = self.store.ids[out_s].tolist()
+        updates += [(s, "+", messages[q].id) for s, q in zip(names, out_m.tolist(), strict=True)]
+        return updates
+
+    # ---- subscriptions --------------------------------------------------------------------
+    def _form(self, slot: int):
+        """(clause offsets, clause terms, kind, bbox, circle) of a stored subscription, copied."""
+        st = self.store
+        cl = st.clauses_of(slot)
+        lens = st.cl_len[cl].astype(np.int64)
+        off = np.zeros(cl.shape[0] + 1, np.int64)
+        np.cumsum(lens, out=off[1:])
+        terms = np.concatenate([st.terms[st.cl_off[c] : st.cl_off[c] + st.cl_len[c]] for c in cl])
+        return (
+            off,
+            terms.astype(np.int32),
+            int(st.kind[slot]),
+            st.bbox[slot].copy(),
+            st.circ[slot].copy(),
+        )
+
+    def _diff(self, leaves: np.ndarray, old, new) -> list[tuple[int, int]]:
+        self._sync()
+        self._dstamp += 1
+        no = (np.zeros(1, np.int64), np.zeros(0, np.int32), 0, np.zeros(4), np.zeros(3))
+        o = old if old is not None else no
+        n = new if new is not None else no
+        xs, gs, self._dts = diff_results(
+            self._tree,
+            self._mt,
+            self.msgs.columns(),
+            leaves,
+            self._nstamp,
+            self._mstamp,
+            self._dstamp,
+            self._dterm,
+            self._dts,
+            old is not None,
+            *o,
+            new is not None,
+            *n,
+        )
+        return list(zip(xs.tolist(), gs.tolist(), strict=True))
+
+    def _place(self, slot_clauses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Insert clauses, fill leaves they created from the parking lists. (todo, leaves)."""
+        self._sync()
+        T, todo, touched, created = insert_clauses(
+            self._tree, self.store.columns(), self._params, slot_clauses
+        )
+        self._tree = T
+        self._sync()
+        if created.size:
+            self._mt = repair_created(self._tree, self._mt, self.msgs.columns(), created)
+        return todo, touched
+
+    def _updates(self, sub_id: str, diff: list[tuple[int, int]]) -> list[Update]:
+        msgs = self.msgs.messages
+        return [(sub_id, "+" if g > 0 else "-", msgs[x].id) for x, g in diff]
+
+    def subscribe(self, sub: Subscription, now: float | None = None) -> list[Update]:
+        """Add (or replace) ``sub``: (s, +m) for each live message it matches; a replacement
+        gets only the difference between its old and new results (Alg. 7)."""
+        updates = self.advance(now) if now is not None else []
+        old = None
+        todo_old = np.zeros(0, np.int64)
+        old_leaves = np.zeros(0, np.int64)
+        if sub.id in self.store.slot_of:
+            slot = self.store.slot_of[sub.id]
+            old = self._form(slot)
+            T, todo_old, old_leaves = delete_clauses(
+                self._tree, self.store.columns(), self._params, self.store.clauses_of(slot)
+            )
+            self._tree = T
+            self.store.remove(sub.id)
+        slot, clauses = self.store.add(sub)
+        todo, leaves = self._place(clauses)
+        diff = self._diff(np.concatenate((old_leaves, leaves)), old, self._form(slot))
+        updates += self._updates(sub.id, diff)
+        self._finish(np.concatenate((todo_old, todo)))
+        return updates
+
+    def move(self, sub_id: str, point: Point, now: float) -> list[Update]:
+        """Re-centre a moving subscription's region on ``point`` (a rect keeps its size, clamped
+        to the world; a circle its radius): -m for each message lost, +m for each gained (Alg. 6)."""
+        updates = self.advance(now)
+        slot = self.store.slot(sub_id)
+        if not self.store.moving[slot]:
+            raise ValidationError(
+                "id", sub_id, "the subscription is not moving (subscribe it with moving=true)"
+            )
+        if not isinstance(point, Point):
+            raise ValidationError("point", point, "must be a Point")
+        old = self._form(slot)
+        clauses = self.store.clauses_of(slot)
+        T, todo_old, old_leaves = delete_clauses(
+            self._tree, self.store.columns(), self._params, clauses
+        )
+        self._tree = T
+        kind, bb, circ = region_columns(recentre(self.region_of(slot), point))
+        self.store.kind[slot] = kind
+        self.store.bbox[slot] = bb
+        self.store.circ[slot] = circ
+        todo, leaves = self._place(clauses)
+        diff = self._diff(np.concatenate((old_leaves, leaves)), old, self._form(slot))
+        updates += self._updates(sub_id, diff)
+        self._finish(np.concatenate((todo_old, todo)))
+        return updates
+
+    def _finish(self, todo: np.ndarray) -> None:
+        if todo.size:
+            self._rebuild_nodes(np.unique(todo))
+        self._compact_if_needed()
+        self._update_kl_min()
+
+    def region_of(self, slot: int) -> Rect | Circle:
+        st = self.store
+        if st.kind[slot] == KIND_CIRCLE:
+            return Circle(*map(float, st.circ[slot]))
+        return Rect(*map(float, st.bbox[slot]))
+
+    # ---- introspection --------------------------------------------------------------------
+    def stats(self) -> dict[str, int]:
+        out = super().stats()
+        m, d = count_entries(self._mt, int(self._tree[10][0]))
+        out.update(live_messages=len(self.msgs), mlist_entries=int(m), parked_entries=int(d))
+        return out
+
+    def _check(self) -> None:
+        from shard.applus.check import check_mlists
+
+        super()._check()
+        check_mlists(self)
+
+
+def recentre(region: Rect | Circle, p: Point) -> Rect | Circle:
+    """The region moved so that its centre is ``p``; a rect keeps width and height and is
+    shifted back inside the world where it would leave it.
+
+    >>> recentre(Rect(0, 0, 2, 2), Point(179.5, 0))
+    Rect(min_lon=178.0, min_lat=-1.0, max_lon=180.0, max_lat=1.0)
+    """
+    if isinstance(region, Circle):
+        return Circle(p.lon, p.lat, region.radius_m)
+    w = region.max_lon - region.min_lon
+    h = region.max_lat - region.min_lat
+    x0 = min(max(p.lon - w / 2, -180.0), 180.0 - w)
+    y0 = min(max(p.lat - h / 2, -90.0), 90.0 - h)
+    return Rect(x0, y0, x0 + w, y0 + h)
+
+
+def _box(loc: Point | Rect) -> tuple[float, float, float, float]:
+    if type(loc) is Point:
+        return (loc.lon, loc.lat, loc.lon, loc.lat)
+    return (loc.min_lon, loc.min_lat, loc.max_lon, loc.max_lat)

@@ -1,0 +1,269 @@
+"""The AP+-Tree against a from-scratch oracle: a client applying the ± updates in order must hold
+exactly R(s, t) = {live m : m matches s at its current region} after every operation."""
+
+from __future__ import annotations
+
+import random
+
+import hypothesis.strategies as st
+import pytest
+from hypothesis import settings
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from shard.applus import APPlusTree, recentre
+from shard.brute import subscription_matches
+from shard.errors import NotFoundError, ValidationError
+from shard.model import Message, Point, Rect, Subscription
+from tests.workloads import random_message, random_subscription
+
+
+class Mirror:
+    """What a client sees (updates applied in order) next to the oracle's state."""
+
+    def __init__(self) -> None:
+        self.subs: dict[str, Subscription] = {}
+        self.live: dict[str, tuple[Message, float]] = {}  # id -> (message, expiry)
+        self.held: dict[str, set[str]] = {}
+
+    def apply(self, updates) -> None:
+        for sid, sign, mid in updates:
+            held = self.held.setdefault(sid, set())
+            if sign == "+":
+                assert mid not in held, f"+{mid} for {sid}, which already holds it"
+                held.add(mid)
+            else:
+                assert mid in held, f"-{mid} for {sid}, which does not hold it"
+                held.remove(mid)
+
+    def expire(self, now: float) -> None:
+        self.live = {k: v for k, v in self.live.items() if now < v[1]}
+
+    def expected(self) -> dict[str, set[str]]:
+        return {
+            sid: {mid for mid, (m, _) in self.live.items() if subscription_matches(s, m)}
+            for sid, s in self.subs.items()
+        }
+
+    def assert_exact(self) -> None:
+        want = self.expected()
+        for sid in set(want) | set(self.held):
+            got = self.held.get(sid, set()) if sid in self.subs else set()
+            assert got == want.get(sid, set()), (
+                f"{sid}: client {sorted(got)} != {sorted(want.get(sid, set()))}"
+            )
+
+
+def _moving(sub: Subscription) -> Subscription:
+    return Subscription(sub.id, sub.clauses, sub.region, moving=True)
+
+
+class PlusVersusOracle(RuleBasedStateMachine):
+    @initialize(
+        theta_p=st.sampled_from([2, 4, 40]),
+        fanout=st.sampled_from([4, 9, 200]),
+        dup_limit=st.sampled_from([1, 3, 64]),
+    )
+    def setup(self, theta_p, fanout, dup_limit):
+        self.tree = APPlusTree(
+            theta_p=theta_p, fanout=fanout, dup_limit=dup_limit, purge_interval=5.0
+        )
+        self.mirror = Mirror()
+        self.now = 0.0
+        self.n = 0
+
+    def _tick(self, dt: float) -> float:
+        self.now += dt
+        self.mirror.expire(self.now)
+        return self.now
+
+    @rule(seed=st.integers(0, 2**32 - 1), dt=st.sampled_from([0.0, 0.5, 1.0, 3.0]))
+    def subscribe(self, seed, dt):
+        rng = random.Random(seed)
+        sub = _moving(random_subscription(rng, f"s{self.n}"))
+        self.n += 1
+        now = self._tick(dt)
+        self.mirror.apply(self.tree.subscribe(sub, now))
+        self.mirror.subs[sub.id] = sub
+
+    @rule(seed=st.integers(0, 2**32 - 1), dt=st.sampled_from([0.0, 1.0]))
+    def replace(self, seed, dt):
+        if not self.mirror.subs:
+            return
+        rng = random.Random(seed)
+        sid = rng.choice(sorted(self.mirror.subs))
+        old = self.mirror.subs[sid]
+        # same keywords, moved region, or a new condition: either way only the difference
+        sub = random_subscription(rng, sid)
+        if rng.random() < 0.5:
+            sub = Subscription(sid, old.clauses, sub.region)
+        sub = _moving(sub)
+        now = self._tick(dt)
+        self.mirror.apply(self.tree.subscribe(sub, now))
+        self.mirror.subs[sid] = sub
+
+    @rule(seed=st.integers(0, 2**32 - 1))
+    def unsubscribe(self, seed):
+        if not self.mirror.subs:
+            return
+        sid = random.Random(seed).choice(sorted(self.mirror.subs))
+        assert self.tree.unsubscribe(sid) is None
+        del self.mirror.subs[sid]
+        self.mirror.held.pop(sid, None)
+
+    @rule(
+        seed=st.integers(0, 2**32 - 1),
+        dt=st.sampled_from([0.0, 0.5, 2.0]),
+        ttl=st.sampled_from([None, 0.0, 0.5, 1.0, 2.0, 4.0, 30.0]),
+        k=st.integers(1, 6),
+    )
+    def publish(self, seed, dt, ttl, k):
+        rng = random.Random(seed)
+        msgs = []
+        for _ in range(k):
+            m = random_message(rng, f"m{self.n}")
+            self.n += 1
+            msgs.append(Message(m.id, m.terms, m.location, ttl=ttl))
+        now = self._tick(dt)
+        updates = self.tree.publish_batch(msgs, now)
+        # one-shot messages are delivered but not held: check them, then take them back out
+        expire_ups = [u for u in updates if u[1] == "-"]
+        self.mirror.apply(expire_ups)
+        adds = [u for u in updates if u[1] == "+"]
+        for m in msgs:
+            want = {sid for sid, s in self.mirror.subs.items() if subscription_matches(s, m)}
+            got = {sid for sid, _, mid in adds if mid == m.id}
+            assert got == want, f"{m.id}: delivered to {sorted(got)}, oracle {sorted(want)}"
+        stored = {m.id for m in msgs if ttl}
+        self.mirror.apply([u for u in adds if u[2] in stored])
+        for m in msgs:
+            if ttl:
+                self.mirror.live[m.id] = (m, now + ttl)
+
+    @rule(seed=st.integers(0, 2**32 - 1), dt=st.sampled_from([0.0, 0.5, 1.0]))
+    def move(self, seed, dt):
+        if not self.mirror.subs:
+            return
+        rng = random.Random(seed)
+        sid = rng.choice(sorted(self.mirror.subs))
+        old = self.mirror.subs[sid]
+        anchor = (
+            rng.choice(list(self.mirror.live.values()))[0].location
+            if self.mirror.live and rng.random() < 0.6
+            else None
+        )
+        if isinstance(anchor, Point):
+            p = anchor
+        elif isinstance(anchor, Rect):
+            p = Point(anchor.min_lon, anchor.max_lat)
+        else:
+            p = Point(
+                rng.choice([-180.0, -3.0, 0.0, 0.5, 1.0, 7.25, 180.0]),
+                rng.choice([-90.0, -2.0, 0.0, 1.0, 60.0, 90.0]),
+            )
+        now = self._tick(dt)
+        self.mirror.apply(self.tree.move(sid, p, now))
+        self.mirror.subs[sid] = Subscription(sid, old.clauses, recentre(old.region, p), moving=True)
+
+    @rule(dt=st.sampled_from([0.5, 1.0, 2.0, 5.0]))
+    def advance(self, dt):
+        now = self._tick(dt)
+        self.mirror.apply(self.tree.advance(now))
+
+    @rule()
+    def rebuild(self):
+        self.tree.rebuild()
+
+    @invariant()
+    def exact(self):
+        self.mirror.assert_exact()
+        self.tree._check()
+
+
+TestPlusVersusOracle = PlusVersusOracle.TestCase
+TestPlusVersusOracle.settings = settings(max_examples=40, stateful_step_count=40, deadline=None)
+
+
+def _sub(sid, kw, rect, moving=True):
+    return Subscription(sid, (tuple(kw),), Rect(*rect), moving=moving)
+
+
+def test_expiry_exactly_at_the_boundary():
+    t = APPlusTree()
+    t.subscribe(_sub("s", ["a"], (0, 0, 1, 1)), now=0.0)
+    assert t.publish(Message("m", ("a",), Point(0.5, 0.5), ttl=2.0), now=1.0) == [("s", "+", "m")]
+    assert t.advance(2.999) == []
+    assert t.advance(3.0) == [("s", "-", "m")]  # active while now < t + ttl
+    assert t.move("s", Point(0.5, 0.5), now=3.0) == []
+
+
+def test_one_shot_messages_are_not_stored():
+    t = APPlusTree()
+    t.subscribe(_sub("s", ["a"], (0, 0, 1, 1)), now=0.0)
+    assert t.publish(Message("m", ("a",), Point(5, 5)), now=0.0) == []
+    assert t.publish(Message("n", ("a",), Point(0.5, 0.5), ttl=0.0), now=0.0) == [("s", "+", "n")]
+    assert t.move("s", Point(5, 5), now=1.0) == []
+    assert len(t.msgs) == 0
+
+
+def test_replacement_cancels_common_results():
+    """+m and -m within one operation cancel: a replacement reports only the difference."""
+    t = APPlusTree()
+    t.subscribe(_sub("s", ["a"], (0, 0, 2, 2)), now=0.0)
+    t.publish_batch(
+        [
+            Message("both", ("a",), Point(1.5, 1.5), ttl=9),
+            Message("old", ("a",), Point(0.5, 0.5), ttl=9),
+            Message("new", ("a",), Point(2.5, 2.5), ttl=9),
+        ],
+        now=0.0,
+    )
+    got = t.subscribe(_sub("s", ["a"], (1, 1, 3, 3)), now=1.0)
+    assert sorted(got) == [("s", "+", "new"), ("s", "-", "old")]
+
+
+def test_duplicate_limit_keeps_messages_at_ancestors():
+    """A message reaching more leaves than the limit stays higher up, and moves still see it."""
+    rng = random.Random(5)
+    subs = [
+        _sub(f"s{i}", ["a", f"b{i % 50}"], (i % 20, i % 7, i % 20 + 1, i % 7 + 1))
+        for i in range(2000)
+    ]
+    t = APPlusTree.build(subs, theta_p=4, fanout=16, dup_limit=2)
+    terms = tuple(sorted({"a"} | {f"b{i}" for i in range(50)}))
+    assert t.publish(Message("wide", terms, Rect(0, 0, 21, 8), ttl=100), now=0.0)
+    t._check()
+    NI = t._tree[0]
+    ML = t._mt[0]
+    from shard.aptree.layout import LEAF
+
+    internal = [u for u in range(int(t._tree[10][0])) if ML[u, 1] and NI[u, 0] != LEAF]
+    assert internal, "the message should be stored above the leaves"
+    ups = t.move("s3", Point(rng.uniform(30, 40), 50), now=1.0)
+    assert ups == [("s3", "-", "wide")]
+
+
+def test_new_keyword_after_messages_is_found():
+    """A subscription whose keyword no subscription had when the message was stored."""
+    t = APPlusTree.build(
+        [_sub(f"s{i}", ["a"], (i, 0, i + 1, 1)) for i in range(100)], theta_p=4, fanout=9
+    )
+    t.publish(Message("m", ("a", "zzz"), Point(50.5, 0.5), ttl=10), now=0.0)
+    assert t.subscribe(_sub("n", ["zzz"], (50, 0, 51, 1)), now=1.0) == [("n", "+", "m")]
+    t._check()
+
+
+def test_errors_name_the_field():
+    t = APPlusTree()
+    t.subscribe(_sub("still", ["a"], (0, 0, 1, 1), moving=False), now=0.0)
+    with pytest.raises(ValidationError) as e:
+        t.move("still", Point(1, 1), now=1.0)
+    assert e.value.field == "id"
+    with pytest.raises(NotFoundError):
+        t.move("nobody", Point(1, 1), now=1.0)
+    with pytest.raises(ValidationError) as e:
+        t.advance(0.5)
+    assert e.value.field == "now"
+    t.publish(Message("m", ("a",), Point(0, 0), ttl=5), now=1.0)
+    with pytest.raises(ValidationError) as e:
+        t.publish(Message("m", ("a",), Point(0, 0), ttl=5), now=1.0)
+    assert e.value.field == "id"
