@@ -78,7 +78,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     mv.add_argument("--strict", action="store_true")
     mv.add_argument("--naive-cell", type=float, default=None, help="grid cell in degrees")
     mv.add_argument("--dup-limit", type=int, default=None)
-    mv.add_argument("--publish-batch", type=int, default=256, help="publishes per batch")
+    mv.add_argument(
+        "--batch", type=int, default=256, help="publishes / moves of one time per batch call"
+    )
     mv.set_defaults(func=run_moving)
 
 
@@ -395,7 +397,8 @@ def run_maintain(args) -> int:
 
 
 def run_moving(args) -> int:
-    """Replay events; publishes of one time are applied in batches (the shard's micro-batches)."""
+    """Replay events; publishes and moves of one time are applied in batches of ``--batch``
+    (the shard's micro-batches); the updates are the same as one by one."""
     from shard.applus import APPlusTree
     from shard.events import read_events
     from shard.naive_moving import DEFAULT_CELL_DEG, NaiveMoving
@@ -440,33 +443,50 @@ def run_moving(args) -> int:
             emit(pending_t, ups)
             pending.clear()
 
+    moves: list = []
+    moves_t = 0.0
+
+    def flush_moves() -> None:
+        nonlocal msp, n_move
+        if moves:
+            a = time.perf_counter()
+            ups = index.move_batch(moves, moves_t)
+            msp += time.perf_counter() - a
+            n_move += len(moves)
+            emit(moves_t, ups)
+            moves.clear()
+
     last_log = time.perf_counter()
     for ev in read_events(args.events, strict=args.strict, errors=errors):
         n_events += 1
         if ev.op == "publish":
-            if pending and (ev.t != pending_t or len(pending) >= args.publish_batch):
+            flush_moves()
+            if pending and (ev.t != pending_t or len(pending) >= args.batch):
                 flush()
             pending.append(ev.msg)
             pending_t = ev.t
             continue
         flush()
-        a = time.perf_counter()
         if ev.op == "move":
-            ups = index.move(ev.id, ev.point, ev.t)
-            msp += time.perf_counter() - a
-            n_move += 1
-        elif ev.op == "subscribe":
+            if moves and (ev.t != moves_t or len(moves) >= args.batch):
+                flush_moves()
+            moves.append((ev.id, ev.point))
+            moves_t = ev.t
+            continue
+        flush_moves()
+        a = time.perf_counter()
+        if ev.op == "subscribe":
             ups = index.subscribe(ev.sub, ev.t)
-            other += time.perf_counter() - a
         else:
             index.advance(ev.t)
             index.unsubscribe(ev.id)
             ups = []
-            other += time.perf_counter() - a
+        other += time.perf_counter() - a
         emit(ev.t, ups)
         if time.perf_counter() - last_log > 5:
             _log(args, f"  {n_events:,} events, t={ev.t}")
             last_log = time.perf_counter()
+    flush_moves()
     flush()
     if out is not None:
         out.close()

@@ -104,9 +104,7 @@ def region_columns(
     >>> region_columns(Circle(0.0, 0.0, 1000.0))[0]
     1
     """
-    from shard.model import Rect
-
-    if isinstance(region, Rect):
+    if not hasattr(region, "radius_m"):  # a Rect (no import of the model on this hot path)
         return (
             KIND_RECT,
             (region.min_lon, region.min_lat, region.max_lon, region.max_lat),

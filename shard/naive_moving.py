@@ -231,6 +231,12 @@ class NaiveMoving:
         new = self._form(self.tree.store.slot_of[sub_id])
         return updates + self._diff(sub_id, old, new)
 
+    def move_batch(self, moves, now: float) -> list[Update]:
+        updates = self.advance(now)
+        for sub_id, point in moves:
+            updates += self.move(sub_id, point, now)
+        return updates
+
     def _diff(self, sub_id, old, new) -> list[Update]:
         self._sync()
         self._stamp += 1

@@ -164,6 +164,24 @@ class PlusVersusOracle(RuleBasedStateMachine):
         self.mirror.apply(self.tree.move(sid, p, now))
         self.mirror.subs[sid] = Subscription(sid, old.clauses, recentre(old.region, p), moving=True)
 
+    @rule(seed=st.integers(0, 2**32 - 1), k=st.integers(2, 8), dt=st.sampled_from([0.0, 1.0]))
+    def move_batch(self, seed, k, dt):
+        """Several moves in one compiled call (the same subscription may move twice)."""
+        if not self.mirror.subs:
+            return
+        rng = random.Random(seed)
+        moves = []
+        for _ in range(k):
+            sid = rng.choice(sorted(self.mirror.subs))
+            moves.append((sid, Point(rng.uniform(-30, 30), rng.uniform(-30, 30))))
+        now = self._tick(dt)
+        self.mirror.apply(self.tree.move_batch(moves, now))
+        for sid, p in moves:
+            old = self.mirror.subs[sid]
+            self.mirror.subs[sid] = Subscription(
+                sid, old.clauses, recentre(old.region, p), moving=True
+            )
+
     @rule(dt=st.sampled_from([0.5, 1.0, 2.0, 5.0]))
     def advance(self, dt):
         now = self._tick(dt)
@@ -260,6 +278,10 @@ def test_errors_name_the_field():
     assert e.value.field == "id"
     with pytest.raises(NotFoundError):
         t.move("nobody", Point(1, 1), now=1.0)
+    t.subscribe(_sub("mover", ["a"], (0, 0, 1, 1)), now=1.0)
+    with pytest.raises(NotFoundError):  # a bad move in a batch applies none of them
+        t.move_batch([("mover", Point(5, 5)), ("nobody", Point(1, 1))], now=1.0)
+    assert t.region_of(t.store.slot_of["mover"]) == Rect(0, 0, 1, 1)
     with pytest.raises(ValidationError) as e:
         t.advance(0.5)
     assert e.value.field == "now"

@@ -35,12 +35,13 @@ from shard.applus.mlists import (
     repair_created,
     store_traces,
 )
+from shard.applus.moves import move_batch_kernel
 from shard.aptree.layout import F_PARENT, F_TYPE, FREED, P_GAP_TO_DUMMY
 from shard.aptree.maintain import delete_clauses, insert_clauses
 from shard.aptree.match import pack_terms, traverse_kernel
 from shard.aptree.tree import APTree
 from shard.errors import ValidationError
-from shard.geometry import KIND_CIRCLE, region_columns
+from shard.geometry import KIND_CIRCLE
 from shard.model import Circle, Message, Point, Rect, Subscription
 
 Update = tuple[str, str, str]
@@ -325,35 +326,59 @@ class APPlusTree(APTree):
     def move(self, sub_id: str, point: Point, now: float) -> list[Update]:
         """Re-centre a moving subscription's region on ``point`` (a rect keeps its size, clamped
         to the world; a circle its radius): -m for each message lost, +m for each gained (Alg. 6)."""
+        return self.move_batch([(sub_id, point)], now)
+
+    def move_batch(self, moves: Sequence[tuple[str, Point]], now: float) -> list[Update]:
+        """Several location updates at ``now``, applied in order in one compiled call. Every move
+        is validated first: a bad one raises before any is applied."""
         updates = self.advance(now)
-        slot = self.store.slot(sub_id)
-        if not self.store.moving[slot]:
-            raise ValidationError(
-                "id", sub_id, "the subscription is not moving (subscribe it with moving=true)"
-            )
-        if not isinstance(point, Point):
-            raise ValidationError("point", point, "must be a Point")
-        old = self._form(slot)
-        clauses = self.store.clauses_of(slot)
-        T, todo_old, old_leaves = delete_clauses(
-            self._tree, self.store.columns(), self._params, clauses
+        st = self.store
+        slots = np.empty(len(moves), np.int64)
+        px = np.empty(len(moves))
+        py = np.empty(len(moves))
+        for i, (sub_id, point) in enumerate(moves):
+            slot = st.slot(sub_id)
+            if not st.moving[slot]:
+                raise ValidationError(
+                    "id", sub_id, "the subscription is not moving (subscribe it with moving=true)"
+                )
+            if not isinstance(point, Point):
+                raise ValidationError("point", point, "must be a Point")
+            slots[i], px[i], py[i] = slot, point.lon, point.lat
+        if not len(moves):
+            return updates
+        self._sync()
+        T, self._mt, self._nstamp, q, xs, gs, todo, self._dstamp, self._dts = move_batch_kernel(
+            self._tree,
+            st.columns(),
+            self._mt,
+            self.msgs.columns(),
+            self._params,
+            st.first_clause,
+            st.n_clauses,
+            slots,
+            px,
+            py,
+            self._nstamp,
+            self._mstamp,
+            self._dstamp,
+            self._dterm,
+            self._dts,
         )
         self._tree = T
-        kind, bb, circ = region_columns(recentre(self.region_of(slot), point))
-        self.store.kind[slot] = kind
-        self.store.bbox[slot] = bb
-        self.store.circ[slot] = circ
-        todo, leaves = self._place(clauses)
-        diff = self._diff(np.concatenate((old_leaves, leaves)), old, self._form(slot))
-        updates += self._updates(sub_id, diff)
-        self._finish(np.concatenate((todo_old, todo)))
+        ids = st.ids[slots[q]].tolist()
+        msgs = self.msgs.messages
+        updates += [
+            (s, "+" if g > 0 else "-", msgs[x].id)
+            for s, x, g in zip(ids, xs.tolist(), gs.tolist(), strict=True)
+        ]
+        self._finish(todo)
         return updates
 
     def _finish(self, todo: np.ndarray) -> None:
         if todo.size:
             self._rebuild_nodes(np.unique(todo))
-        self._compact_if_needed()
-        self._update_kl_min()
+        self._housekeeping()
 
     def region_of(self, slot: int) -> Rect | Circle:
         st = self.store

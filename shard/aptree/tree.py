@@ -54,6 +54,8 @@ from shard.errors import ValidationError
 from shard.model import Message, Point, Subscription
 
 KEYWORD_ORDERS = ("frequency", "rare-first", "alphabetical")
+HOUSEKEEPING_EVERY = 64
+"""Updates between two checks of pool garbage and of the KL size floor (each costs a few us)."""
 COMPACT_MIN_GARBAGE = 1 << 16
 """Pool slots orphaned before a compaction is considered (it costs one pass over the tree)."""
 
@@ -132,6 +134,7 @@ class APTree:
         self._term_stamp = np.zeros(1024, np.int64)
         self._sub_stamp = np.zeros(1024, np.int64)
         self._stamp = 0
+        self._updates = 0
         self.verified = 0
         """Leaf entries verified by matching so far (the paper's cost measure)."""
 
@@ -230,8 +233,7 @@ class APTree:
         self._tree = T
         if todo.size:
             self._rebuild_nodes(todo)
-        self._compact_if_needed()
-        self._update_kl_min()
+        self._housekeeping()
 
     def unsubscribe(self, sub_id: str) -> None:
         """Remove the subscription ``sub_id`` (NotFoundError if unknown). O(depth + leaf size)."""
@@ -241,7 +243,7 @@ class APTree:
         self._tree = T
         if todo.size:
             self._rebuild_nodes(todo)
-        self._compact_if_needed()
+        self._housekeeping()
         self.store.remove(sub_id)
 
     def _rebuild_nodes(self, todo: np.ndarray) -> None:
@@ -249,6 +251,14 @@ class APTree:
             self._tree, self.store.columns(), self._pw, self._spx, self._spy, self._params, todo
         )
         self._tree = T
+
+    def _housekeeping(self) -> None:
+        """After an update: every ``HOUSEKEEPING_EVERY`` updates, compact the pools if garbage
+        dominates and refresh the KL size floor (0.1 % of the entries)."""
+        self._updates += 1
+        if self._updates % HOUSEKEEPING_EVERY == 0:
+            self._compact_if_needed()
+            self._update_kl_min()
 
     def _compact_if_needed(self) -> None:
         CNT = self._tree[10]
