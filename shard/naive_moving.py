@@ -15,8 +15,8 @@ import numpy as np
 from numba import njit
 
 from shard.applus.messages import MessageStore
-from shard.applus.mlists import MS_ALIVE, MS_TERMS, MS_TLEN, MS_TOFF, _matches
-from shard.applus.tree import Update, recentre
+from shard.applus.mlists import MS_ALIVE, change_of, push_update
+from shard.applus.tree import Update, recentre, subscription_form
 from shard.aptree.tree import APTree, EncodedMessages
 from shard.errors import ValidationError
 from shard.geometry import KIND_CIRCLE
@@ -60,9 +60,6 @@ def _grid_diff(head, nxt_slot, nxt_link, cell, nx, ny, MS, MSTAMP, stamp, TM, ts
     """± updates of a subscription from old form ``o`` to new form ``n`` (each: clause offsets,
     clause terms, kind, bbox, circle), checking every live message in the cells either meets."""
     alive = MS[MS_ALIVE]
-    toff = MS[MS_TOFF]
-    tlen = MS[MS_TLEN]
-    terms = MS[MS_TERMS]
     out_x = np.empty(64, np.int32)
     out_g = np.empty(64, np.int8)
     cnt = 0
@@ -78,23 +75,9 @@ def _grid_diff(head, nxt_slot, nxt_link, cell, nx, ny, MS, MSTAMP, stamp, TM, ts
                     if not alive[x] or MSTAMP[x] == stamp:
                         continue
                     MSTAMP[x] = stamp
-                    ts += 1
-                    for j in range(toff[x], toff[x] + tlen[x]):
-                        TM[terms[j]] = ts
-                    was = _matches(MS, x, TM, ts, o[0], o[1], o[2], o[3], o[4])
-                    now = _matches(MS, x, TM, ts, n[0], n[1], n[2], n[3], n[4])
-                    if was == now:
-                        continue
-                    if cnt == out_x.shape[0]:
-                        o2 = np.empty(2 * cnt, np.int32)
-                        o2[:cnt] = out_x
-                        out_x = o2
-                        g2 = np.empty(2 * cnt, np.int8)
-                        g2[:cnt] = out_g
-                        out_g = g2
-                    out_x[cnt] = x
-                    out_g[cnt] = 1 if now else -1
-                    cnt += 1
+                    g, ts = change_of(MS, x, TM, ts, True, *o, True, *n)
+                    if g != 0:
+                        out_x, out_g, cnt = push_update(out_x, out_g, cnt, x, g)
     return out_x[:cnt].copy(), out_g[:cnt].copy(), ts
 
 
@@ -182,19 +165,7 @@ class NaiveMoving:
         return updates
 
     def _form(self, slot: int):
-        st = self.tree.store
-        cl = st.clauses_of(slot)
-        lens = st.cl_len[cl].astype(np.int64)
-        off = np.zeros(cl.shape[0] + 1, np.int64)
-        np.cumsum(lens, out=off[1:])
-        terms = np.concatenate([st.terms[st.cl_off[c] : st.cl_off[c] + st.cl_len[c]] for c in cl])
-        return (
-            off,
-            terms.astype(np.int32),
-            int(st.kind[slot]),
-            st.bbox[slot].copy(),
-            st.circ[slot].copy(),
-        )
+        return subscription_form(self.tree.store, slot)
 
     def subscribe(self, sub: Subscription, now: float) -> list[Update]:
         updates = self.advance(now)

@@ -291,6 +291,38 @@ def _matches(MS, x, TM, tstamp, cl_off, cl_terms, kind, bbox, circ):
 
 
 @njit(cache=True)
+def change_of(MS, x, TM, ts, has_old, oo, ot, ok, ob, oc, has_new, no, nt, nk, nb, nc):
+    """How message x's membership changes when a subscription goes from its old form (clause
+    offsets, clause terms, kind, bbox, circle) to its new one: +1 gained, -1 lost, 0 same.
+    Marks x's terms in ``TM`` with a fresh stamp; returns (sign, that stamp)."""
+    ts += 1
+    terms = MS[MS_TERMS]
+    t0 = MS[MS_TOFF][x]
+    for j in range(t0, t0 + MS[MS_TLEN][x]):
+        TM[terms[j]] = ts
+    was = has_old and _matches(MS, x, TM, ts, oo, ot, ok, ob, oc)
+    now = has_new and _matches(MS, x, TM, ts, no, nt, nk, nb, nc)
+    if was == now:
+        return 0, ts
+    return (1 if now else -1), ts
+
+
+@njit(cache=True)
+def push_update(out_x, out_g, n, x, g):
+    """Append (message slot, sign) to growable output arrays; returns them and the new count."""
+    if n == out_x.shape[0]:
+        o2 = np.empty(2 * n, np.int32)
+        o2[:n] = out_x
+        out_x = o2
+        g2 = np.empty(2 * n, np.int8)
+        g2[:n] = out_g
+        out_g = g2
+    out_x[n] = x
+    out_g[n] = g
+    return out_x, out_g, n + 1
+
+
+@njit(cache=True)
 def diff_results(
     T,
     MT,
@@ -326,9 +358,6 @@ def diff_results(
     ML = MT[0]
     MP = MT[1]
     alive = MS[MS_ALIVE]
-    toff = MS[MS_TOFF]
-    tlen = MS[MS_TLEN]
-    terms = MS[MS_TERMS]
     out_x = np.empty(64, np.int32)
     out_g = np.empty(64, np.int8)
     n = 0
@@ -349,27 +378,13 @@ def diff_results(
                     if not alive[x] or MSTAMP[x] == stamp:
                         continue
                     MSTAMP[x] = stamp
-                    ts += 1
-                    for j in range(toff[x], toff[x] + tlen[x]):
-                        TM[terms[j]] = ts
-                    was = has_old and _matches(
-                        MS, x, TM, ts, o_cl_off, o_cl_terms, o_kind, o_bbox, o_circ
-                    )
-                    now = has_new and _matches(
-                        MS, x, TM, ts, n_cl_off, n_cl_terms, n_kind, n_bbox, n_circ
-                    )
-                    if was == now:
-                        continue
-                    if n == out_x.shape[0]:
-                        o2 = np.empty(2 * n, np.int32)
-                        o2[:n] = out_x
-                        out_x = o2
-                        g2 = np.empty(2 * n, np.int8)
-                        g2[:n] = out_g
-                        out_g = g2
-                    out_x[n] = x
-                    out_g[n] = 1 if now else -1
-                    n += 1
+                    g, ts = change_of(
+                        MS, x, TM, ts,
+                        has_old, o_cl_off, o_cl_terms, o_kind, o_bbox, o_circ,
+                        has_new, n_cl_off, n_cl_terms, n_kind, n_bbox, n_circ,
+                    )  # fmt: skip
+                    if g != 0:
+                        out_x, out_g, n = push_update(out_x, out_g, n, x, g)
             v = NI[v, F_PARENT]
     return out_x[:n].copy(), out_g[:n].copy(), ts
 

@@ -247,20 +247,7 @@ class APPlusTree(APTree):
 
     # ---- subscriptions --------------------------------------------------------------------
     def _form(self, slot: int):
-        """(clause offsets, clause terms, kind, bbox, circle) of a stored subscription, copied."""
-        st = self.store
-        cl = st.clauses_of(slot)
-        lens = st.cl_len[cl].astype(np.int64)
-        off = np.zeros(cl.shape[0] + 1, np.int64)
-        np.cumsum(lens, out=off[1:])
-        terms = np.concatenate([st.terms[st.cl_off[c] : st.cl_off[c] + st.cl_len[c]] for c in cl])
-        return (
-            off,
-            terms.astype(np.int32),
-            int(st.kind[slot]),
-            st.bbox[slot].copy(),
-            st.circ[slot].copy(),
-        )
+        return subscription_form(self.store, slot)
 
     def _diff(self, leaves: np.ndarray, old, new) -> list[tuple[int, int]]:
         self._sync()
@@ -398,6 +385,19 @@ class APPlusTree(APTree):
 
         super()._check()
         check_mlists(self)
+
+
+def subscription_form(store, slot: int):
+    """(clause offsets, clause terms, kind, bbox, circle) of a stored subscription, copied: the
+    form ``diff_results`` compares."""
+    cl = store.clauses_of(slot)
+    lens = store.cl_len[cl].astype(np.int64)
+    off = np.zeros(cl.shape[0] + 1, np.int64)
+    np.cumsum(lens, out=off[1:])
+    terms = np.concatenate(
+        [store.terms[store.cl_off[c] : store.cl_off[c] + store.cl_len[c]] for c in cl]
+    ).astype(np.int32)
+    return off, terms, int(store.kind[slot]), store.bbox[slot].copy(), store.circ[slot].copy()
 
 
 def recentre(region: Rect | Circle, p: Point) -> Rect | Circle:

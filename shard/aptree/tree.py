@@ -134,7 +134,7 @@ class APTree:
         self._term_stamp = np.zeros(1024, np.int64)
         self._sub_stamp = np.zeros(1024, np.int64)
         self._stamp = 0
-        self._updates = 0
+        self._n_updates = 0
         self.verified = 0
         """Leaf entries verified by matching so far (the paper's cost measure)."""
 
@@ -255,8 +255,8 @@ class APTree:
     def _housekeeping(self) -> None:
         """After an update: every ``HOUSEKEEPING_EVERY`` updates, compact the pools if garbage
         dominates and refresh the KL size floor (0.1 % of the entries)."""
-        self._updates += 1
-        if self._updates % HOUSEKEEPING_EVERY == 0:
+        self._n_updates += 1
+        if self._n_updates % HOUSEKEEPING_EVERY == 0:
             self._compact_if_needed()
             self._update_kl_min()
 
