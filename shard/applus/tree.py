@@ -39,7 +39,7 @@ from shard.applus.moves import move_batch_kernel
 from shard.aptree.layout import F_PARENT, F_TYPE, FREED, P_GAP_TO_DUMMY
 from shard.aptree.maintain import delete_clauses, insert_clauses
 from shard.aptree.match import pack_terms, traverse_kernel
-from shard.aptree.tree import APTree
+from shard.aptree.tree import APTree, EncodedMessages
 from shard.errors import ValidationError
 from shard.geometry import KIND_CIRCLE
 from shard.model import Circle, Message, Point, Rect, Subscription
@@ -188,9 +188,6 @@ class APPlusTree(APTree):
         self._last_purge = self.now
 
     def _match_arrays(self, off, terms, kind, geom):
-        self._ensure_stamps()
-        from shard.aptree.tree import EncodedMessages
-
         return self.match_encoded(EncodedMessages(off, terms, kind, geom))
 
     # ---- messages -------------------------------------------------------------------------
