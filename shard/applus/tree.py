@@ -36,7 +36,7 @@ from shard.applus.mlists import (
     store_traces,
 )
 from shard.applus.moves import move_batch_kernel
-from shard.aptree.layout import F_PARENT, F_TYPE, FREED, P_GAP_TO_DUMMY
+from shard.aptree.layout import C_ROOT, F_PARENT, F_TYPE, FREED, P_GAP_TO_DUMMY
 from shard.aptree.maintain import delete_clauses, insert_clauses
 from shard.aptree.match import pack_terms, traverse_kernel
 from shard.aptree.tree import APTree, EncodedMessages
@@ -105,11 +105,14 @@ class APPlusTree(APTree):
 
     def _reinsert(self, slots: np.ndarray, start: int) -> None:
         """Run the traversal of each message from ``start`` and hang it on the nodes it reaches."""
-        if not slots.size:
-            return
-        self._sync()
-        off, terms, kind, geom = self.msgs.encoded(slots)
-        _, _, self._stamp, _, tr_m, tr_n, tr_d = traverse_kernel(
+        if slots.size:
+            self._sync()
+            self._traverse(*self.msgs.encoded(slots), start, slots, True)
+
+    def _traverse(self, off, terms, kind, geom, start, slot_of_q, store):
+        """Alg. 1 from ``start`` for a batch; with ``store``, message q is hung on the nodes of its
+        traversal under slot ``slot_of_q[q]`` (-1: not stored). Returns (message index, sub slot)."""
+        out_m, out_s, self._stamp, verified, tr_m, tr_n, tr_d = traverse_kernel(
             self._tree,
             self.store.columns(),
             self._term_stamp,
@@ -120,16 +123,21 @@ class APPlusTree(APTree):
             kind,
             geom,
             start,
-            True,
+            store,
         )
-        self._mt = store_traces(self._tree, self._mt, tr_m, tr_n, tr_d, slots, self.dup_limit)
+        self.verified += int(verified)
+        if tr_m.size:
+            self._mt = store_traces(
+                self._tree, self._mt, tr_m, tr_n, tr_d, slot_of_q, self.dup_limit
+            )
+        return out_m, out_s
 
     def rebuild(self, *, message_sample=None) -> None:
         live = np.flatnonzero(self.msgs.alive[: self.msgs.n_slots]).astype(np.int32)
         super().rebuild(message_sample=message_sample)
         self._mt = new_mlists(self._tree[0].shape[0])
         self.msgs.release_dead()
-        self._reinsert(live, int(self._tree[10][5]))
+        self._reinsert(live, int(self._tree[10][C_ROOT]))
 
     def _rebuild_nodes(self, todo: np.ndarray) -> None:
         """Rebuild subtrees (splits, collapses, KL reconstructions) carrying their messages over:
@@ -220,24 +228,9 @@ class APPlusTree(APTree):
                 ids = terms[off[q] : off[q + 1]]
                 slot_of_q[q] = self.msgs.add(m, ids, self.now + float(m.ttl))
         self._sync()
-        out_m, out_s, self._stamp, verified, tr_m, tr_n, tr_d = traverse_kernel(
-            self._tree,
-            self.store.columns(),
-            self._term_stamp,
-            self._sub_stamp,
-            self._stamp,
-            off,
-            terms,
-            kind,
-            geom,
-            int(self._tree[10][5]),
-            any(stored),
+        out_m, out_s = self._traverse(
+            off, terms, kind, geom, int(self._tree[10][C_ROOT]), slot_of_q, any(stored)
         )
-        self.verified += int(verified)
-        if tr_m.size:
-            self._mt = store_traces(
-                self._tree, self._mt, tr_m, tr_n, tr_d, slot_of_q, self.dup_limit
-            )
         names = self.store.ids[out_s].tolist()
         updates += [(s, "+", messages[q].id) for s, q in zip(names, out_m.tolist(), strict=True)]
         return updates
