@@ -81,6 +81,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     mv.add_argument(
         "--batch", type=int, default=256, help="publishes / moves of one time per batch call"
     )
+    mv.add_argument(
+        "--rebuild-at",
+        type=float,
+        default=None,
+        help="rebuild the index at this event time (velocities known by then) and time only "
+        "the events after it",
+    )
+    mv.add_argument(
+        "--no-move-cost",
+        action="store_true",
+        help="AP+-Tree without the moving penalty (Cslu + Circ) in its cost model",
+    )
     mv.set_defaults(func=run_moving)
 
 
@@ -414,7 +426,9 @@ def run_moving(args) -> int:
     if not args.events.exists():
         raise ValidationError("--events", str(args.events), "no such file")
     if args.index == "applus":
-        opts = {} if args.dup_limit is None else {"dup_limit": args.dup_limit}
+        opts: dict = {"move_cost": not args.no_move_cost}
+        if args.dup_limit is not None:
+            opts["dup_limit"] = args.dup_limit
         index = APPlusTree.build(subs, **opts)
     else:
         index = NaiveMoving(APTree.build(subs), cell_deg=args.naive_cell or DEFAULT_CELL_DEG)
@@ -456,8 +470,18 @@ def run_moving(args) -> int:
             emit(moves_t, ups)
             moves.clear()
 
+    rebuild_s = None
     last_log = time.perf_counter()
     for ev in read_events(args.events, strict=args.strict, errors=errors):
+        if args.rebuild_at is not None and rebuild_s is None and ev.t >= args.rebuild_at:
+            flush()
+            flush_moves()
+            a = time.perf_counter()
+            (index.tree if args.index == "naive" else index).rebuild()
+            rebuild_s = time.perf_counter() - a
+            _log(args, f"rebuilt at t={ev.t} in {rebuild_s:.1f} s; timing from here")
+            imm = msp = other = 0.0
+            n_pub = n_move = n_events = 0
         n_events += 1
         if ev.op == "publish":
             flush_moves()
@@ -501,11 +525,14 @@ def run_moving(args) -> int:
         "moves_per_s": round(n_move / msp, 1) if msp else None,
         "updates": n_updates,
         "build_s": round(build_s, 2),
+        "rebuild_s": None if rebuild_s is None else round(rebuild_s, 2),
         "other_s": round(other, 3),
         "live_messages": len(index.msgs),
         "bad_lines": len(errors),
         "peak_rss_mb": round(_peak_rss_mb(), 1),
     }
+    tree = index.tree if args.index == "naive" else index
+    report["tree"] = {k: tree.stats()[k] for k in ("k_nodes", "s_nodes", "leaves", "depth")}
     if args.json:
         print(json.dumps(report))
     else:

@@ -289,3 +289,52 @@ def test_errors_name_the_field():
     with pytest.raises(ValidationError) as e:
         t.publish(Message("m", ("a",), Point(0, 0), ttl=5), now=1.0)
     assert e.value.field == "id"
+
+
+def test_moving_penalty_grows_with_speed_and_vanishes_without_movers():
+    import numpy as np
+
+    from shard.aptree.partition import moving_penalty
+
+    n = 400
+    rng = np.random.default_rng(1)
+    x = rng.uniform(0, 10, n)
+    y = rng.uniform(0, 10, n)
+    bbox = np.stack((x, y, x + 0.1, y + 0.1), axis=1)
+    slots = np.arange(n)
+    r = np.array([0.0, 0.0, 10.2, 10.2])
+    args = (slots, r, 4, 4, 2, 200.0, 40.0, 0.001, 32)
+    still = moving_penalty(bbox, np.zeros((n, 2)), np.zeros(n), *args)
+    assert still == 0.0
+    upd = np.full(n, 30.0)
+    slow = moving_penalty(bbox, rng.normal(0, 1e-5, (n, 2)), upd, *args)
+    fast = moving_penalty(bbox, rng.normal(0, 1e-2, (n, 2)), upd, *args)
+    assert 0.0 < slow < fast
+
+
+def test_fast_movers_push_the_tree_towards_keyword_partitions():
+    """Sect. 4.3.1: with the penalty, a rebuild after fast moves uses fewer s-nodes."""
+    rng = random.Random(3)
+    subs = [
+        _sub(
+            f"s{i}",
+            [f"k{rng.randrange(30)}"],
+            (x := rng.uniform(0, 50), y := rng.uniform(0, 50), x + 1, y + 1),
+        )
+        for i in range(4000)
+    ]
+    counts = {}
+    for move_cost in (True, False):
+        t = APPlusTree.build(subs, theta_p=20, fanout=16, move_cost=move_cost)
+        t.publish_batch([Message(f"m{i}", ("k1",), Point(1, 1), ttl=5) for i in range(50)], now=0.0)
+        for step in range(1, 4):
+            moves = []
+            for s in subs:
+                r = t.region_of(t.store.slot_of[s.id])
+                c = Point((r.min_lon + r.max_lon) / 2 + 3.0, (r.min_lat + r.max_lat) / 2)
+                moves.append((s.id, Point(min(c.lon, 179.0), c.lat)))
+            t.move_batch(moves, now=10.0 * step)
+        t.rebuild()
+        t._check()
+        counts[move_cost] = t.stats()["s_nodes"]
+    assert counts[True] < counts[False]

@@ -36,7 +36,15 @@ from shard.applus.mlists import (
     store_traces,
 )
 from shard.applus.moves import move_batch_kernel
-from shard.aptree.layout import C_ROOT, F_PARENT, F_TYPE, FREED, P_GAP_TO_DUMMY
+from shard.aptree.layout import (
+    C_ROOT,
+    F_PARENT,
+    F_TYPE,
+    FREED,
+    P_GAP_TO_DUMMY,
+    P_MOVE_COST,
+    P_MSG_RATE,
+)
 from shard.aptree.maintain import delete_clauses, insert_clauses
 from shard.aptree.match import pack_terms, traverse_kernel
 from shard.aptree.tree import APTree, EncodedMessages
@@ -64,9 +72,13 @@ class APPlusTree(APTree):
         *,
         dup_limit: int = DEFAULT_DUP_LIMIT,
         purge_interval: float = DEFAULT_PURGE_INTERVAL,
+        move_cost: bool = True,
         **options,
     ) -> None:
         super().__init__(**options)
+        self._params[P_MOVE_COST] = 1.0 if move_cost else 0.0
+        self._published = 0
+        self._first_publish = math.inf
         if not isinstance(dup_limit, int) or dup_limit < 1:
             raise ValidationError("dup_limit", dup_limit, "must be an integer >= 1")
         if not purge_interval > 0:
@@ -132,7 +144,13 @@ class APPlusTree(APTree):
             )
         return out_m, out_s
 
+    def _note_rate(self) -> None:
+        """r_m of Eq. 7: messages per second published so far (0 before any time has passed)."""
+        span = self.now - self._first_publish
+        self._params[P_MSG_RATE] = self._published / span if span > 0 else 0.0
+
     def rebuild(self, *, message_sample=None) -> None:
+        self._note_rate()
         live = np.flatnonzero(self.msgs.alive[: self.msgs.n_slots]).astype(np.int32)
         super().rebuild(message_sample=message_sample)
         self._mt = new_mlists(self._tree[0].shape[0])
@@ -158,6 +176,7 @@ class APPlusTree(APTree):
             (u, gather_subtrees(self._tree, self._mt, np.array([u], np.int64), self.msgs.alive))
             for u in tops
         ]
+        self._note_rate()
         super()._rebuild_nodes(todo)
         for u, slots in carried:
             self._reinsert(slots, u)
@@ -206,6 +225,8 @@ class APPlusTree(APTree):
     def publish_batch(self, messages: Sequence[Message], now: float) -> list[Update]:
         """Publish several messages at ``now`` with one compiled traversal (the shard's micro-batch)."""
         updates = self.advance(now)
+        self._published += len(messages)
+        self._first_publish = min(self._first_publish, self.now)
         stored = [m.ttl is not None and m.ttl > 0 for m in messages]
         seen: set[str] = set()
         for m, keep in zip(messages, stored, strict=True):
@@ -294,6 +315,7 @@ class APPlusTree(APTree):
             self._tree = T
             self.store.remove(sub.id)
         slot, clauses = self.store.add(sub)
+        self.store.last_t[slot] = self.now
         todo, leaves = self._place(clauses)
         diff = self._diff(np.concatenate((old_leaves, leaves)), old, self._form(slot))
         updates += self._updates(sub.id, diff)
@@ -324,6 +346,7 @@ class APPlusTree(APTree):
             slots[i], px[i], py[i] = slot, point.lon, point.lat
         if not len(moves):
             return updates
+        self._note_motion(slots, px, py)
         self._sync()
         T, self._mt, self._nstamp, q, xs, gs, todo, self._dstamp, self._dts = move_batch_kernel(
             self._tree,
@@ -351,6 +374,22 @@ class APPlusTree(APTree):
         ]
         self._finish(todo)
         return updates
+
+    def _note_motion(self, slots: np.ndarray, px: np.ndarray, py: np.ndarray) -> None:
+        """Velocity and update-interval estimates (for ζs, Eq. 9, and Alg. 8): an exponential
+        average (weight 1/2) over each subscription's moves."""
+        st = self.store
+        circle = st.kind[slots] == KIND_CIRCLE
+        cx = np.where(circle, st.circ[slots, 0], (st.bbox[slots, 0] + st.bbox[slots, 2]) / 2)
+        cy = np.where(circle, st.circ[slots, 1], (st.bbox[slots, 1] + st.bbox[slots, 3]) / 2)
+        dt = self.now - st.last_t[slots]
+        ok = np.isfinite(dt) & (dt > 0)
+        s, dt = slots[ok], dt[ok]
+        v = np.stack(((px[ok] - cx[ok]) / dt, (py[ok] - cy[ok]) / dt), axis=1)
+        known = st.upd_dt[s] > 0
+        st.vel[s] = np.where(known[:, None], 0.5 * st.vel[s] + 0.5 * v, v)
+        st.upd_dt[s] = np.where(known, 0.5 * st.upd_dt[s] + 0.5 * dt, dt)
+        st.last_t[slots] = self.now
 
     def _finish(self, todo: np.ndarray) -> None:
         if todo.size:

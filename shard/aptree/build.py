@@ -41,13 +41,17 @@ from shard.aptree.layout import (
     FREED,
     KNODE,
     LEAF,
+    MOVE_SIM_STEPS,
     N_COUNTERS,
     N_FIELDS,
     P_FANOUT,
     P_KEYWORD_DP,
     P_MAX_DEPTH,
     P_MAX_SPAN,
+    P_MOVE_COST,
+    P_MSG_RATE,
     P_MSG_SAMPLE,
+    P_THETA_KL,
     P_THETA_P,
     SNODE,
 )
@@ -57,6 +61,7 @@ from shard.aptree.partition import (
     grid_cost,
     keyword_partition_heuristic,
     keyword_partition_optimal,
+    moving_penalty,
 )
 
 # subscription tuple indices: (kind, bbox[n,4], circle[n,3], cl_sub, cl_off, cl_len, terms)
@@ -259,6 +264,8 @@ def build_subtree(T, S, PW, SPX, SPY, params, root, items):
     absolute = params[P_MSG_SAMPLE] > 0.5
     max_span = params[P_MAX_SPAN]
     grid_k = max(2, int(np.sqrt(f)))
+    move_cost = params[P_MOVE_COST] > 0.5 and params[P_MSG_RATE] > 0.0
+    msg_rate = max(params[P_MSG_RATE], 1e-9)
     S[0]
     bbox = S[1]
     cl_sub = S[3]
@@ -385,6 +392,10 @@ def build_subtree(T, S, PW, SPX, SPY, params, root, items):
                 spx = np.sort(px)
                 spy = np.sort(py)
                 nd0 = nd
+                node_slots = np.empty(n, np.int64)
+                if move_cost:
+                    for i in range(n):
+                        node_slots[i] = cl_sub[its[i]]
                 # the grid resolution is chosen by the cost model too: a coarse grid keeps large
                 # regions out of the dummy cell, a fine one filters small regions better
                 for gk in GRID_SIZES:
@@ -413,6 +424,25 @@ def build_subtree(T, S, PW, SPX, SPY, params, root, items):
                     # terminates on degenerate regions: such a grid is no partition
                     if n - nd_k > 0 and (counts == n - nd_k).sum() >= 2:
                         continue
+                    if move_cost:
+                        # Eq. 15 in units of one message's verifications: (Cimm + Cslu + Circ) / r_m
+                        cost += (
+                            moving_penalty(
+                                bbox,
+                                S[7],
+                                S[8],
+                                node_slots,
+                                r,
+                                bx.shape[0] - 1,
+                                by.shape[0] - 1,
+                                depth,
+                                f,
+                                theta_p,
+                                params[P_THETA_KL],
+                                MOVE_SIM_STEPS,
+                            )
+                            / msg_rate
+                        )
                     if cost + nd_k < cs:
                         cs = cost + nd_k
                         s_bx = bx

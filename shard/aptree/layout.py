@@ -73,7 +73,12 @@ P_MAX_SPAN = 8  # an s-node sends a region meeting more cells than this to its d
 P_GAP_TO_DUMMY = 9  # 1.0: an inserted clause whose L-th keyword lies between cuts goes to the
 # dummy cut instead of widening the cut before it. The AP+-Tree needs this: a message's path never
 # changes after it was stored, so a widened cut would miss the messages stored before.
-N_PARAMS = 10
+P_MOVE_COST = 10  # 1.0: add the moving penalty Cslu + Circ (Eq. 9, 13) to s-node costs
+P_MSG_RATE = 11  # r_m, messages per second (Eq. 7), when P_MOVE_COST is on
+N_PARAMS = 12
+
+MOVE_SIM_STEPS = 32
+"""T_max of Alg. 8: update intervals simulated ahead when estimating TΔ."""
 
 # ---- defaults ---------------------------------------------------------------------------
 DEFAULT_FANOUT = 200

@@ -271,3 +271,70 @@ def grid_cost(minx, miny, maxx, maxy, bx, by, region, px, py):
                 p = (pcnt[a, b] + SAMPLE_SMOOTHING * frac) / (npts + SAMPLE_SMOOTHING)
             cost += counts[a, b] * p
     return cost, counts
+
+
+@njit(cache=True)
+def moving_penalty(bbox, vel, upd_dt, slots, r, gx, gy, depth, f, theta_p, theta_kl, steps):
+    """Cslu + Circ of an s-node (Sect. 4.3.1) in verifications per second, for the subscriptions
+    ``slots`` at a node with region r cut into a uniform gx x gy grid (the paper's assumption).
+
+    Cslu (Eq. 9): each subscription with a known update interval T_upd and velocity v crosses
+    ζ = |vx| T_upd / cell width + |vy| T_upd / cell height cells per update, each crossing costing
+    a deletion and an insertion along the path: sum of 2 min(1, ζ) (depth + 1) log2 f / T_upd.
+    Circ (Eq. 10-13): the subtree's reconstruction cost |S| (log2 f + sqrt f + f) (h + 1) over TΔ,
+    the time until the cell distribution drifts past θKL (Alg. 8, simulated ``steps`` update
+    intervals ahead; never within them: no reconstruction cost). 0 when nothing moves."""
+    n = slots.shape[0]
+    wx = (r[2] - r[0]) / gx
+    wy = (r[3] - r[1]) / gy
+    logf = np.log2(max(f, 2.0))
+    cslu = 0.0
+    movers = 0
+    dt_sum = 0.0
+    for i in range(n):
+        s = slots[i]
+        t = upd_dt[s]
+        if t <= 0.0:
+            continue
+        movers += 1
+        dt_sum += t
+        zeta = abs(vel[s, 0]) * t / max(wx, 1e-12) + abs(vel[s, 1]) * t / max(wy, 1e-12)
+        cslu += 2.0 * min(1.0, zeta) * (depth + 1) * logf / t
+    if movers == 0:
+        return 0.0
+    # Alg. 8 on the uniform grid, one step = the mean update interval
+    step = dt_sum / movers
+    w0 = np.full(gx * gy, 0.5)
+    cx = np.empty(n)
+    cy = np.empty(n)
+    for i in range(n):
+        s = slots[i]
+        cx[i] = (bbox[s, 0] + bbox[s, 2]) * 0.5
+        cy[i] = (bbox[s, 1] + bbox[s, 3]) * 0.5
+        a = min(max(int((cx[i] - r[0]) / max(wx, 1e-12)), 0), gx - 1)
+        b = min(max(int((cy[i] - r[1]) / max(wy, 1e-12)), 0), gy - 1)
+        w0[a * gy + b] += 1.0
+    tdelta = np.inf
+    for k in range(1, steps + 1):
+        w = np.full(gx * gy, 0.5)
+        for i in range(n):
+            s = slots[i]
+            x = cx[i] + vel[s, 0] * step * k
+            y = cy[i] + vel[s, 1] * step * k
+            a = min(max(int((x - r[0]) / max(wx, 1e-12)), 0), gx - 1)
+            b = min(max(int((y - r[1]) / max(wy, 1e-12)), 0), gy - 1)
+            w[a * gy + b] += 1.0
+        so = w0.sum()
+        sc = w.sum()
+        d = 0.0
+        for c in range(gx * gy):
+            po = w0[c] / so
+            d += po * np.log(po / (w[c] / sc))
+        if d > theta_kl:
+            tdelta = step * k
+            break
+    circ = 0.0
+    if tdelta < np.inf:
+        h = max(1.0, np.log(max(n / theta_p, 1.0)) / np.log(max(f, 2.0)))
+        circ = n * (logf + np.sqrt(f) + f) * (h + 1.0) / tdelta
+    return cslu + circ

@@ -57,14 +57,31 @@ class SubscriptionStore:
         self.vocab: dict[str, int] = {}
         self.vocab_terms: list[str] = []
         self.moving = np.zeros(slot_cap, np.bool_)
+        self.vel = np.zeros((slot_cap, 2), np.float64)
+        """Estimated velocity (degrees/s, lon and lat) of a moving subscription (Sect. 4.3.1)."""
+        self.upd_dt = np.zeros(slot_cap, np.float64)
+        """Estimated seconds between its location updates (0: not known yet)."""
+        self.last_t = np.full(slot_cap, -np.inf)
+        """Time of its last location update (or subscription)."""
 
     # ---- sizes --------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self.slot_of)
 
     def columns(self):
-        """The tuple the kernels take: (kind, bbox, circ, cl_sub, cl_off, cl_len, terms)."""
-        return (self.kind, self.bbox, self.circ, self.cl_sub, self.cl_off, self.cl_len, self.terms)
+        """The tuple the kernels take: (kind, bbox, circ, cl_sub, cl_off, cl_len, terms, vel,
+        upd_dt)."""
+        return (
+            self.kind,
+            self.bbox,
+            self.circ,
+            self.cl_sub,
+            self.cl_off,
+            self.cl_len,
+            self.terms,
+            self.vel,
+            self.upd_dt,
+        )
 
     # ---- vocabulary -----------------------------------------------------------------------
     def term_id(self, term: str) -> int:
@@ -94,6 +111,9 @@ class SubscriptionStore:
         self.first_clause = _resized(self.first_clause, cap, -1)
         self.n_clauses = _resized(self.n_clauses, cap)
         self.moving = _resized(self.moving, cap)
+        self.vel = _resized(self.vel, cap)
+        self.upd_dt = _resized(self.upd_dt, cap)
+        self.last_t = _resized(self.last_t, cap, -np.inf)
         self.ids = _resized(self.ids, cap, None)
 
     def _grow_clauses(self, need: int) -> None:
@@ -137,6 +157,9 @@ class SubscriptionStore:
         self.bbox[slot] = bb
         self.circ[slot] = circ
         self.moving[slot] = sub.moving
+        self.vel[slot] = 0.0
+        self.upd_dt[slot] = 0.0
+        self.last_t[slot] = -np.inf
         k = len(clause_ids)
         block = self.free_clauses.get(k)
         if block:
@@ -283,7 +306,7 @@ class SubscriptionStore:
         offs = np.zeros(k, np.int64)
         np.cumsum(lens[:-1].astype(np.int64), out=offs[1:])
         slot_cap = max(n, 1024)
-        for name in ("kind", "bbox", "circ", "moving"):
+        for name in ("kind", "bbox", "circ", "moving", "vel", "upd_dt", "last_t"):
             col = getattr(self, name)
             fresh = np.zeros((slot_cap,) + col.shape[1:], col.dtype)
             fresh[:n] = col[order]
