@@ -447,28 +447,32 @@ def run_moving(args) -> int:
             for s, g, m in ups:
                 out.write(f"{t}\t{s}\t{g}\t{m}\n")
 
+    def flush_batch(call, batch: list, t: float) -> tuple[float, int]:
+        """Apply one batch; returns (seconds, size)."""
+        if not batch:
+            return 0.0, 0
+        a = time.perf_counter()
+        ups = call(batch, t)
+        dt = time.perf_counter() - a
+        emit(t, ups)
+        n = len(batch)
+        batch.clear()
+        return dt, n
+
     def flush() -> None:
         nonlocal imm, n_pub
-        if pending:
-            a = time.perf_counter()
-            ups = index.publish_batch(pending, pending_t)
-            imm += time.perf_counter() - a
-            n_pub += len(pending)
-            emit(pending_t, ups)
-            pending.clear()
+        dt, n = flush_batch(index.publish_batch, pending, pending_t)
+        imm += dt
+        n_pub += n
 
     moves: list = []
     moves_t = 0.0
 
     def flush_moves() -> None:
         nonlocal msp, n_move
-        if moves:
-            a = time.perf_counter()
-            ups = index.move_batch(moves, moves_t)
-            msp += time.perf_counter() - a
-            n_move += len(moves)
-            emit(moves_t, ups)
-            moves.clear()
+        dt, n = flush_batch(index.move_batch, moves, moves_t)
+        msp += dt
+        n_move += n
 
     rebuild_s = None
     last_log = time.perf_counter()

@@ -17,6 +17,7 @@ from numba import njit
 from shard.applus.messages import MessageStore
 from shard.applus.mlists import MS_ALIVE, change_of, push_update
 from shard.applus.tree import Update, recentre, subscription_form
+from shard.aptree.match import grown
 from shard.aptree.tree import APTree, EncodedMessages
 from shard.errors import ValidationError
 from shard.geometry import KIND_CIRCLE
@@ -42,12 +43,8 @@ def _grid_insert(head, nxt_slot, nxt_link, n_links, x, geom, cell, nx, ny):
         for b in range(b0, b1 + 1):
             k = a * ny + b
             if n_links == nxt_slot.shape[0]:
-                s2 = np.empty(2 * n_links, np.int32)
-                s2[:n_links] = nxt_slot
-                nxt_slot = s2
-                l2 = np.empty(2 * n_links, np.int64)
-                l2[:n_links] = nxt_link
-                nxt_link = l2
+                nxt_slot = grown(nxt_slot, n_links)
+                nxt_link = grown(nxt_link, n_links)
             nxt_slot[n_links] = x
             nxt_link[n_links] = head[k]
             head[k] = n_links

@@ -239,6 +239,20 @@ def test_replacement_cancels_common_results():
     assert sorted(got) == [("s", "+", "new"), ("s", "-", "old")]
 
 
+def test_replacement_with_new_keywords_over_the_same_region():
+    """Found by the state machine: both regions cover every node, but the condition changed, so
+    the case-1 skip does not apply."""
+    world = (-180, -90, 180, 90)
+    t = APPlusTree(theta_p=2, fanout=4, dup_limit=1)
+    t.subscribe(_sub("s", ["a"], world), now=0.0)
+    assert t.publish(Message("m", ("a", "x"), Point(20.4, 89.0), ttl=5), now=1.0) == [
+        ("s", "+", "m")
+    ]
+    assert t.subscribe(_sub("s", ["b"], world), now=1.0) == [("s", "-", "m")]
+    assert t.subscribe(_sub("s", ["x"], world), now=1.0) == [("s", "+", "m")]
+    t._check()
+
+
 def test_duplicate_limit_keeps_messages_at_ancestors():
     """A message reaching more leaves than the limit stays higher up, and moves still see it."""
     rng = random.Random(5)

@@ -38,6 +38,7 @@ from shard.aptree.layout import (
     KNODE,
     LEAF,
 )
+from shard.aptree.match import grown
 from shard.aptree.partition import cell_of, cell_range
 from shard.geometry import KIND_CIRCLE, haversine_m, region_hits_point, region_hits_rect
 
@@ -311,12 +312,8 @@ def change_of(MS, x, TM, ts, has_old, oo, ot, ok, ob, oc, has_new, no, nt, nk, n
 def push_update(out_x, out_g, n, x, g):
     """Append (message slot, sign) to growable output arrays; returns them and the new count."""
     if n == out_x.shape[0]:
-        o2 = np.empty(2 * n, np.int32)
-        o2[:n] = out_x
-        out_x = o2
-        g2 = np.empty(2 * n, np.int8)
-        g2[:n] = out_g
-        out_g = g2
+        out_x = grown(out_x, n)
+        out_g = grown(out_g, n)
     out_x[n] = x
     out_g[n] = g
     return out_x, out_g, n + 1
@@ -349,8 +346,8 @@ def diff_results(
     """The ± updates of one subscription going from its old form (clauses, region) to its new one
     (Alg. 6 with Alg. 7's verification): every live message on the m-lists of ``leaves`` and their
     ancestors is checked once against both forms; +1 where only the new matches, -1 where only
-    the old did. A node whose region both regions contain is skipped (case 1: every message there
-    meets both regions, so nothing changes). ``NSTAMP``/``MSTAMP`` (per node / message slot) hold
+    the old did. When the clauses are unchanged (a move), a node whose region both regions contain
+    is skipped (case 1: every message there meets both regions, so nothing changes). ``NSTAMP``/``MSTAMP`` (per node / message slot) hold
     ``stamp`` once seen; ``TM`` marks a message's terms with a running counter from ``ts``.
     Returns (message slots, signs, last term stamp)."""
     NI = T[0]
@@ -361,14 +358,23 @@ def diff_results(
     out_x = np.empty(64, np.int32)
     out_g = np.empty(64, np.int8)
     n = 0
+    # case 1 holds only when the keyword condition is the same in both forms (a move); a
+    # replacement that changes the clauses must check every message even where regions agree
+    same_terms = (
+        has_old
+        and has_new
+        and o_cl_off.shape[0] == n_cl_off.shape[0]
+        and o_cl_terms.shape[0] == n_cl_terms.shape[0]
+        and np.all(o_cl_off == n_cl_off)
+        and np.all(o_cl_terms == n_cl_terms)
+    )
     for i in range(leaves.shape[0]):
         v = leaves[i]
         while v >= 0 and NSTAMP[v] != stamp:
             NSTAMP[v] = stamp
             r = NF[v]
             if not (
-                has_old
-                and has_new
+                same_terms
                 and _covers(o_kind, o_bbox, o_circ, r)
                 and _covers(n_kind, n_bbox, n_circ, r)
             ):

@@ -15,7 +15,7 @@ from numba import njit
 from numba.typed import List
 
 from shard.applus.mlists import diff_results, ensure_rows, repair_created
-from shard.aptree.maintain import delete_clauses, insert_clauses
+from shard.aptree.maintain import delete_clauses, insert_clauses, int_list
 from shard.geometry import KIND_CIRCLE, circle_bbox
 
 
@@ -65,9 +65,7 @@ def move_batch_kernel(T, S, MT, MS, params, fc, ncl, slots, px, py, NSTAMP, MSTA
     kind = S[0]
     bbox = S[1]
     circ = S[2]
-    todo = List()
-    todo.append(np.int64(0))
-    todo.pop()
+    todo = int_list()
     o_q = List()
     o_x = List()
     o_g = List()

@@ -312,7 +312,8 @@ def _leaf_remove(T, u, c):
 
 
 @njit(cache=True)
-def _int_list():
+def int_list():
+    """An empty typed list of int64 (numba needs the element type up front)."""
     out = List()
     out.append(np.int64(0))
     out.pop()
@@ -323,9 +324,9 @@ def _int_list():
 def insert_clauses(T, S, params, clauses):
     """Insert clause ids. Returns (tree, nodes to rebuild, leaves reached, leaves created).
     O(depth + cells touched) per clause."""
-    todo = _int_list()
-    touched = _int_list()
-    created = _int_list()
+    todo = int_list()
+    touched = int_list()
+    created = int_list()
     for c in clauses:
         T = _route(T, S, params, c, 1, todo, touched, created)
     return T, _unique_todo(todo), _unique_todo(touched), _unique_todo(created)
@@ -334,9 +335,9 @@ def insert_clauses(T, S, params, clauses):
 @njit(cache=True)
 def delete_clauses(T, S, params, clauses):
     """Delete clause ids. Returns (tree, nodes to rebuild or collapse, leaves reached)."""
-    todo = _int_list()
-    touched = _int_list()
-    created = _int_list()
+    todo = int_list()
+    touched = int_list()
+    created = int_list()
     for c in clauses:
         T = _route(T, S, params, c, -1, todo, touched, created)
     return T, _unique_todo(todo), _unique_todo(touched)

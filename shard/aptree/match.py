@@ -48,7 +48,8 @@ def _push(stack_n, stack_e, top, node, eta):
 
 
 @njit(cache=True)
-def _grown(a, n):
+def grown(a, n):
+    """A copy of ``a[:n]`` with room for 2n (growable kernel outputs)."""
     b = np.empty(2 * n, a.dtype)
     b[:n] = a[:n]
     return b
@@ -147,9 +148,9 @@ def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start,
             typ = NI[u, F_TYPE]
             if trace:
                 if ntr == tr_m.shape[0]:
-                    tr_m = _grown(tr_m, ntr)
-                    tr_n = _grown(tr_n, ntr)
-                    tr_d = _grown(tr_d, ntr)
+                    tr_m = grown(tr_m, ntr)
+                    tr_n = grown(tr_n, ntr)
+                    tr_d = grown(tr_d, ntr)
                 tr_m[ntr] = q
                 tr_n[ntr] = u
                 tr_d[ntr] = False
@@ -183,12 +184,8 @@ def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start,
                             continue
                     SM[s] = stamp
                     if nout == out_m.shape[0]:
-                        o2 = np.empty(2 * nout, np.int32)
-                        o2[:nout] = out_m
-                        out_m = o2
-                        o3 = np.empty(2 * nout, np.int32)
-                        o3[:nout] = out_s
-                        out_s = o3
+                        out_m = grown(out_m, nout)
+                        out_s = grown(out_s, nout)
                     out_m[nout] = q
                     out_s[nout] = s
                     nout += 1
