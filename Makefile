@@ -5,7 +5,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO   := .geopubsub/demo
 
-.PHONY: run test setup lint bench clean
+.PHONY: run test setup lint bench clean redis-server
+
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -13,15 +15,25 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-setup: $(STAMP)
+# the Debian package; its auto-started system service is not used (the cluster runs its own)
+redis-server:
+	@command -v redis-server >/dev/null || { \
+	  $(SUDO) apt-get update && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server && \
+	  { $(SUDO) service redis-server stop || true; }; }
 
-## make run: generate a demo workload and benchmark the AP-Tree on it, brute force beside it
-run: $(STAMP)
-	$(BIN)/geopubsub gen --subs 200000 --msgs 10000 --out $(DEMO) --seed 7 --dnf-share 0.1 --circle-share 0.1 --region-msg-share 0.05
-	$(BIN)/geopubsub bench match --subs $(DEMO)/subs.jsonl --msgs $(DEMO)/msgs.jsonl --index aptree --baseline-sample 300
+setup: $(STAMP) redis-server
+
+## make run: the demo (geopubsub/demo.py): a local cluster (private redis-server, local Ray, 2 shards),
+## 200,000 subscriptions (10 % moving) registered through gRPC, a publisher and moving subscribers
+## as gRPC clients with a live progress line, then throughput, latency, sample deliveries and the
+## oracle check of the followed streams; everything started is stopped at the end
+run: $(STAMP) redis-server
+	$(BIN)/geopubsub demo --work-dir $(DEMO) --subs 200000 --moving-share 0.1 --seed 7 \
+	  --dnf-share 0.1 --circle-share 0.1 --region-msg-share 0.05 --shards 2
 
 ## make test: lint and the whole test suite
-test: $(STAMP)
+test: $(STAMP) redis-server
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 

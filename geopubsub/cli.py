@@ -9,12 +9,16 @@ from shard.errors import GeoPubSubError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from geopubsub import bench, gen
+    from geopubsub import bench, cluster_cli, demo, gen, load_cli, register
 
     parser = argparse.ArgumentParser(prog="geopubsub", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     gen.register(sub)
     bench.register(sub)
+    cluster_cli.register(sub)
+    register.register(sub)
+    demo.register(sub)
+    load_cli.register(sub)
     return parser
 
 

@@ -34,6 +34,9 @@ class ValidationError(GeoPubSubError, ValueError):
         self.reason = reason
         super().__init__(f"{field}={_show(value)}: {reason}")
 
+    def __reduce__(self):  # survive pickling (Ray, multiprocessing): args is only the message
+        return (type(self), (self.field, self.value, self.reason))
+
 
 class ExpressionError(ValidationError):
     """A keyword expression (``expr``) that cannot be parsed or is too large."""
@@ -46,6 +49,9 @@ class NotFoundError(GeoPubSubError, KeyError):
         self.kind = kind
         self.ident = ident
         super().__init__(f"{kind} {ident!r} not found")
+
+    def __reduce__(self):
+        return (type(self), (self.kind, self.ident))
 
     def __str__(self) -> str:  # KeyError would quote the message
         return f"{self.kind} {self.ident!r} not found"

@@ -112,3 +112,15 @@ def region_columns(
         )
     bb = circle_bbox(region.lon, region.lat, region.radius_m)
     return KIND_CIRCLE, (bb[0], bb[1], bb[2], bb[3]), (region.lon, region.lat, region.radius_m)
+
+
+def region_bbox(region) -> tuple[float, float, float, float]:
+    """The box (min_lon, min_lat, max_lon, max_lat) a subscription region is indexed and routed
+    by: a ``Rect`` itself, a ``Circle``'s conservative ``circle_bbox``. The coordinator and the
+    bulk loader place subscriptions on shards with it (``PartitionMap.overlapping``). O(1).
+
+    >>> from shard.model import Rect
+    >>> region_bbox(Rect(0.0, 1.0, 2.0, 3.0))
+    (0.0, 1.0, 2.0, 3.0)
+    """
+    return region_columns(region)[1]

@@ -270,6 +270,41 @@ def subscription_to_dict(s: Subscription) -> dict[str, Any]:
     return d
 
 
+SubscriptionRow = tuple[str, tuple, tuple, bool, tuple | None, str | None]
+
+
+def subscriptions_to_rows(subs: Sequence[Subscription]) -> list[SubscriptionRow]:
+    """Subscriptions as plain tuples (id, clauses, region, moving, keywords, expr), the region as
+    ``(0, min_lon, min_lat, max_lon, max_lat)`` or ``(1, lon, lat, radius_m)``: what the
+    coordinator sends a shard actor to load. Pickling tuples of builtins takes ~4 µs a
+    subscription here, the dataclasses ~15 µs (and as long again to unpickle). O(n).
+
+    >>> rows = subscriptions_to_rows([Subscription("a", (("x",),), Rect(0.0, 0.0, 1.0, 1.0))])
+    >>> rows, subscriptions_from_rows(rows)[0].region
+    ([('a', (('x',),), (0, 0.0, 0.0, 1.0, 1.0), False, None, None)], Rect(min_lon=0.0, min_lat=0.0, max_lon=1.0, max_lat=1.0))
+    """
+    out = []
+    for s in subs:
+        r = s.region
+        region = (
+            (0, r.min_lon, r.min_lat, r.max_lon, r.max_lat)
+            if type(r) is Rect
+            else (1, r.lon, r.lat, r.radius_m)
+        )
+        out.append((s.id, s.clauses, region, s.moving, s.keywords, s.expr))
+    return out
+
+
+def subscriptions_from_rows(rows: Sequence[SubscriptionRow]) -> list[Subscription]:
+    """Inverse of ``subscriptions_to_rows`` (trusted input: the rows came from Subscriptions).
+    O(n)."""
+    out = []
+    for sid, clauses, r, moving, keywords, expr in rows:
+        region = Rect(r[1], r[2], r[3], r[4]) if r[0] == 0 else Circle(r[1], r[2], r[3])
+        out.append(Subscription(sid, clauses, region, moving, keywords, expr))
+    return out
+
+
 def message_to_dict(m: Message) -> dict[str, Any]:
     """Inverse of ``message_from_dict``."""
     d: dict[str, Any] = {"id": m.id}

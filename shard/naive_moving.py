@@ -15,13 +15,14 @@ import numpy as np
 from numba import njit
 
 from shard.applus.messages import MessageStore
-from shard.applus.mlists import MS_ALIVE, change_of, push_update
-from shard.applus.tree import Update, recentre, subscription_form
+from shard.applus.mlists import MS_ALIVE, move_change_of, push_update
+from shard.applus.moves import clause_form, recentre_columns
+from shard.applus.tree import Update, subscription_form
+from shard.aptree.maintain import int_list, move_clauses
 from shard.aptree.match import grown
 from shard.aptree.tree import APTree, EncodedMessages
 from shard.errors import ValidationError
-from shard.geometry import KIND_CIRCLE
-from shard.model import Circle, Message, Point, Rect, Subscription
+from shard.model import Message, Point, Subscription
 
 DEFAULT_CELL_DEG = 1.0
 
@@ -53,15 +54,16 @@ def _grid_insert(head, nxt_slot, nxt_link, n_links, x, geom, cell, nx, ny):
 
 
 @njit(cache=True)
-def _grid_diff(head, nxt_slot, nxt_link, cell, nx, ny, MS, MSTAMP, stamp, TM, ts, o, n):
-    """± updates of a subscription from old form ``o`` to new form ``n`` (each: clause offsets,
-    clause terms, kind, bbox, circle), checking every live message in the cells either meets."""
+def _grid_scan(head, nxt_slot, nxt_link, cell, nx, ny, MS, MSTAMP, stamp, TM, ts, o, n, out):
+    """Append to ``out`` = (slots, signs, count) the ± updates of a subscription going from old
+    form ``o`` to new form ``n`` (each: clause offsets, clause terms, kind, bbox, circle),
+    checking every live message in the cells either region meets; returns (out, ts)."""
     alive = MS[MS_ALIVE]
-    out_x = np.empty(64, np.int32)
-    out_g = np.empty(64, np.int8)
-    cnt = 0
+    out_x, out_g, cnt = out
     for form in range(2):
         bb = o[3] if form == 0 else n[3]
+        if bb[0] > bb[2]:
+            continue  # the empty form of a new subscription
         a0, a1, b0, b1 = _cells(bb[0], bb[1], bb[2], bb[3], cell, nx, ny)
         for a in range(a0, a1 + 1):
             for b in range(b0, b1 + 1):
@@ -72,10 +74,62 @@ def _grid_diff(head, nxt_slot, nxt_link, cell, nx, ny, MS, MSTAMP, stamp, TM, ts
                     if not alive[x] or MSTAMP[x] == stamp:
                         continue
                     MSTAMP[x] = stamp
-                    g, ts = change_of(MS, x, TM, ts, True, *o, True, *n)
+                    g, ts = move_change_of(
+                        MS, x, TM, ts, n[0], n[1], o[2], o[3], o[4], n[2], n[3], n[4]
+                    )
                     if g != 0:
                         out_x, out_g, cnt = push_update(out_x, out_g, cnt, x, g)
-    return out_x[:cnt].copy(), out_g[:cnt].copy(), ts
+    return (out_x, out_g, cnt), ts
+
+
+@njit(cache=True)
+def _grid_diff(head, nxt_slot, nxt_link, cell, nx, ny, MS, MSTAMP, stamp, TM, ts, o, n):
+    out = (np.empty(64, np.int32), np.empty(64, np.int8), 0)
+    out, ts = _grid_scan(
+        head, nxt_slot, nxt_link, cell, nx, ny, MS, MSTAMP, stamp, TM, ts, o, n, out
+    )
+    return out[0][: out[2]].copy(), out[1][: out[2]].copy(), ts
+
+
+@njit(cache=True)
+def _move_batch_kernel(T, S, params, fc, ncl, slots, px, py, G, MS, MSTAMP, stamp, TM, ts, scan):
+    """The baseline's location updates, in order, in one compiled call: move the subscription's
+    clauses in the AP-Tree (as the AP+-Tree does) and re-evaluate it from scratch over the grid
+    cells of its old and new regions. Returns (tree, move index, message slot and sign of every
+    update, nodes to rebuild, last stamp, last term stamp). Without ``scan`` only the tree is
+    updated (no updates computed: the benchmark's sampling, see ``move_batch``)."""
+    head, nxt_slot, nxt_link, cell, nx, ny = G
+    kind = S[0]
+    bbox = S[1]
+    circ = S[2]
+    todo = int_list()
+    out = (np.empty(64, np.int32), np.empty(64, np.int8), 0)
+    q = np.empty(64, np.int64)
+    for i in range(slots.shape[0]):
+        s = slots[i]
+        clauses = np.arange(fc[s], fc[s] + ncl[s]).astype(np.int32)
+        off, terms = clause_form(S, s, fc, ncl)
+        old = (off, terms, kind[s], bbox[s].copy(), circ[s].copy())
+        recentre_columns(kind, bbox, circ, s, px[i], py[i])
+        T, todo1, _, _, _ = move_clauses(T, S, params, clauses, old[3])
+        for u in todo1:
+            todo.append(u)
+        new = (off, terms, kind[s], bbox[s].copy(), circ[s].copy())
+        if not scan:
+            continue
+        stamp += 1
+        c0 = out[2]
+        out, ts = _grid_scan(
+            head, nxt_slot, nxt_link, cell, nx, ny, MS, MSTAMP, stamp, TM, ts, old, new, out
+        )
+        while q.shape[0] < out[2]:
+            q = grown(q, q.shape[0])
+        q[c0 : out[2]] = i
+    at = np.empty(len(todo), np.int64)
+    for j in range(len(todo)):
+        at[j] = todo[j]
+    n = out[2]
+    return T, q[:n].copy(), out[0][:n].copy(), out[1][:n].copy(), np.unique(at), stamp, ts
 
 
 class NaiveMoving:
@@ -86,6 +140,8 @@ class NaiveMoving:
             raise ValidationError("cell_deg", cell_deg, "must be in (0, 180]")
         self.tree = tree if tree is not None else APTree()
         self.msgs = MessageStore()
+        # the live messages hold term ids: follow the tree when a rebuild renumbers them
+        self.tree._terms_renumbered = self.msgs.remap_terms
         self.cell = float(cell_deg)
         self.nx = max(1, math.ceil(360.0 / self.cell))
         self.ny = max(1, math.ceil(180.0 / self.cell))
@@ -127,6 +183,10 @@ class NaiveMoving:
         if len(self.msgs.dead) > max(65536, len(self.msgs)):
             self._rebuild_grid()
         return ups
+
+    def rebuild(self) -> None:
+        """Rebuild the AP-Tree (the grid holds messages only and needs nothing)."""
+        self.tree.rebuild()
 
     def _rebuild_grid(self) -> None:
         self.msgs.release_dead()
@@ -182,27 +242,54 @@ class NaiveMoving:
         self.tree.unsubscribe(sub_id)
 
     def move(self, sub_id: str, point: Point, now: float) -> list[Update]:
+        return self.move_batch([(sub_id, point)], now)
+
+    def move_batch(self, moves, now: float, *, diff: bool = True) -> list[Update]:
+        """Several location updates at ``now`` in one compiled call (validated first, as the
+        AP+-Tree does). ``diff=False`` moves the subscriptions without computing their updates
+        (the state stays exact; the benchmark samples batches this way at large scale)."""
         updates = self.advance(now)
         st = self.tree.store
-        slot = st.slot(sub_id)
-        old = self._form(slot)
-        region = (
-            Circle(*map(float, st.circ[slot]))
-            if st.kind[slot] == KIND_CIRCLE
-            else Rect(*map(float, st.bbox[slot]))
+        slots = np.empty(len(moves), np.int64)
+        px = np.empty(len(moves))
+        py = np.empty(len(moves))
+        for i, (sub_id, point) in enumerate(moves):
+            slot = st.slot(sub_id)
+            if not isinstance(point, Point):
+                raise ValidationError("point", point, "must be a Point")
+            slots[i], px[i], py[i] = slot, point.lon, point.lat
+        if not len(moves):
+            return updates
+        self._sync()
+        tree = self.tree
+        grid = (self.head, self.nxt_slot, self.nxt_link, self.cell, self.nx, self.ny)
+        T, q, xs, gs, todo, self._stamp, self._ts = _move_batch_kernel(
+            tree._tree,
+            st.columns(),
+            tree._params,
+            st.first_clause,
+            st.n_clauses,
+            slots,
+            px,
+            py,
+            grid,
+            self.msgs.columns(),
+            self._mstamp,
+            self._stamp,
+            self._tm,
+            self._ts,
+            diff,
         )
-        clauses = tuple(
-            tuple(st.vocab_terms[t] for t in old[1][old[0][i] : old[0][i + 1]])
-            for i in range(old[0].shape[0] - 1)
-        )
-        self.tree.subscribe(Subscription(sub_id, clauses, recentre(region, point), moving=True))
-        new = self._form(self.tree.store.slot_of[sub_id])
-        return updates + self._diff(sub_id, old, new)
-
-    def move_batch(self, moves, now: float) -> list[Update]:
-        updates = self.advance(now)
-        for sub_id, point in moves:
-            updates += self.move(sub_id, point, now)
+        tree._tree = T
+        if todo.size:
+            tree._rebuild_nodes(todo)
+        tree._housekeeping()
+        ids = st.ids[slots[q]].tolist()
+        msgs = self.msgs.messages
+        updates += [
+            (s, "+" if g > 0 else "-", msgs[x].id)
+            for s, x, g in zip(ids, xs.tolist(), gs.tolist(), strict=True)
+        ]
         return updates
 
     def _diff(self, sub_id, old, new) -> list[Update]:

@@ -3,8 +3,12 @@ coincide often), and the comparison against the brute-force oracle."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
+import warnings
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -19,3 +23,37 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+def pytest_configure(config):
+    # also meant for pyproject's marker list; registered here so that `-m "not ray"` works now
+    config.addinivalue_line("markers", "ray: real Ray actors (one ray.init(num_cpus=2) a session)")
+    config.addinivalue_line("markers", "e2e: end to end through real Redis, Ray and gRPC")
+
+
+@contextlib.contextmanager
+def _ray_noise_ignored():
+    """Ray's start and stop warn about things that are not ours: a "Tip" about GPU environment
+    variables, and /dev/null handles and process objects its node launcher leaves to the garbage
+    collector. Collect them here, where those warnings are ignored, not in some later test."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning, module=r"ray\.")
+        warnings.simplefilter("ignore", ResourceWarning)
+        yield
+        gc.collect()
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """A local Ray shared by every test of the session (started on first use, imported lazily so
+    that Ray-free tests never load it)."""
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        with _ray_noise_ignored():
+            ray.init(num_cpus=2, include_dashboard=False, logging_level="warning")
+    yield ray
+    if started:
+        with _ray_noise_ignored():
+            ray.shutdown()

@@ -177,3 +177,18 @@ def test_subscription_round_trip(d):
 def test_message_round_trip(d):
     m = message_from_dict(d)
     assert message_from_dict(message_to_dict(m)) == m
+
+
+def test_subscriptions_survive_the_rows_sent_to_shard_actors():
+    import pickle
+    import random
+
+    from shard.model import subscriptions_from_rows, subscriptions_to_rows
+    from tests.workloads import random_subscription
+
+    rng = random.Random(12)
+    subs = [random_subscription(rng, f"s{i}") for i in range(300)]
+    subs.append(subscription_from_dict({"id": "k", "keywords": ["iPad"], "circle": [1, 2, 3]}))
+    subs.append(subscription_from_dict({"id": "e", "expr": "a OR b", "rect": [0, 0, 1, 1]}))
+    rows = pickle.loads(pickle.dumps(subscriptions_to_rows(subs)))
+    assert subscriptions_from_rows(rows) == subs

@@ -21,6 +21,7 @@ def check_mlists(tree: APPlusTree) -> None:
     * completeness: every live message whose traversal of the current tree reaches a leaf is on
       the m-list of that leaf or of one of its ancestors.
     """
+    tree._sync()  # the m-list rows follow the node array lazily
     T = tree._tree
     ML, MP, MC = tree._mt
     NI = T[0]

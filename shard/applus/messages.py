@@ -102,6 +102,43 @@ class MessageStore:
         heapq.heappush(self._heap, (expiry, slot))
         return slot
 
+    def add_batch(
+        self,
+        msgs: list[Message],
+        off: np.ndarray,
+        terms: np.ndarray,
+        kind: np.ndarray,
+        geom: np.ndarray,
+        expiry: np.ndarray,
+    ) -> np.ndarray:
+        """Store several live messages at once (ids not live): their terms as CSR (``off``,
+        ``terms``), location kinds and boxes, expiry times. Returns their slots."""
+        n = len(msgs)
+        reuse = min(n, len(self.free))
+        slots = np.empty(n, np.int64)
+        if reuse:
+            slots[:reuse] = self.free[len(self.free) - reuse :][::-1]
+            del self.free[len(self.free) - reuse :]
+        slots[reuse:] = np.arange(self.n_slots, self.n_slots + n - reuse)
+        self.n_slots += n - reuse
+        self._grow(self.n_slots)
+        total = int(off[-1] - off[0])
+        self._grow_terms(total)
+        self.terms[self.n_terms : self.n_terms + total] = terms[off[0] : off[-1]]
+        self.toff[slots] = self.n_terms + (off[:-1] - off[0])
+        self.tlen[slots] = np.diff(off)
+        self.n_terms += total
+        self.kind[slots] = kind
+        self.geom[slots] = geom
+        self.expiry[slots] = expiry
+        self.alive[slots] = True
+        messages, slot_of, heap = self.messages, self.slot_of, self._heap
+        for m, x, e in zip(msgs, slots.tolist(), expiry.tolist(), strict=True):
+            messages[x] = m
+            slot_of[m.id] = x
+            heapq.heappush(heap, (e, x))
+        return slots
+
     def pop_expired(self, now: float) -> list[int]:
         """Slots whose expiry is <= now, in expiry order; they are marked dead."""
         out = []

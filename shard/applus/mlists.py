@@ -270,15 +270,17 @@ def _covers(kind, bbox, circ, r):
 
 
 @njit(cache=True)
-def _matches(MS, x, TM, tstamp, cl_off, cl_terms, kind, bbox, circ):
-    """Does live message x match the subscription (clauses as CSR, region)? TM[term] == tstamp
-    marks x's terms (set by the caller)."""
+def _hits(MS, x, kind, bbox, circ):
+    """Does live message x's location meet the subscription region?"""
     geom = MS[MS_GEOM]
     if MS[MS_KIND][x] == 0:
-        if not region_hits_point(kind, bbox, circ, geom[x, 0], geom[x, 1]):
-            return False
-    elif not region_hits_rect(kind, bbox, circ, geom[x]):
-        return False
+        return region_hits_point(kind, bbox, circ, geom[x, 0], geom[x, 1])
+    return region_hits_rect(kind, bbox, circ, geom[x])
+
+
+@njit(cache=True)
+def _text_matches(TM, tstamp, cl_off, cl_terms):
+    """Does some clause (CSR) have all its terms marked ``TM[term] == tstamp``?"""
     for c in range(cl_off.shape[0] - 1):
         ok = True
         for j in range(cl_off[c], cl_off[c + 1]):
@@ -292,20 +294,47 @@ def _matches(MS, x, TM, tstamp, cl_off, cl_terms, kind, bbox, circ):
 
 
 @njit(cache=True)
-def change_of(MS, x, TM, ts, has_old, oo, ot, ok, ob, oc, has_new, no, nt, nk, nb, nc):
-    """How message x's membership changes when a subscription goes from its old form (clause
-    offsets, clause terms, kind, bbox, circle) to its new one: +1 gained, -1 lost, 0 same.
-    Marks x's terms in ``TM`` with a fresh stamp; returns (sign, that stamp)."""
+def _mark_terms(MS, x, TM, ts):
+    """Mark message x's terms in ``TM`` with a fresh stamp; returns it."""
     ts += 1
     terms = MS[MS_TERMS]
     t0 = MS[MS_TOFF][x]
     for j in range(t0, t0 + MS[MS_TLEN][x]):
         TM[terms[j]] = ts
+    return ts
+
+
+@njit(cache=True)
+def _matches(MS, x, TM, tstamp, cl_off, cl_terms, kind, bbox, circ):
+    """Does live message x match the subscription (clauses as CSR, region)? TM[term] == tstamp
+    marks x's terms (set by the caller)."""
+    return _hits(MS, x, kind, bbox, circ) and _text_matches(TM, tstamp, cl_off, cl_terms)
+
+
+@njit(cache=True)
+def change_of(MS, x, TM, ts, has_old, oo, ot, ok, ob, oc, has_new, no, nt, nk, nb, nc):
+    """How message x's membership changes when a subscription goes from its old form (clause
+    offsets, clause terms, kind, bbox, circle) to its new one: +1 gained, -1 lost, 0 same.
+    Marks x's terms in ``TM`` with a fresh stamp; returns (sign, that stamp)."""
+    ts = _mark_terms(MS, x, TM, ts)
     was = has_old and _matches(MS, x, TM, ts, oo, ot, ok, ob, oc)
     now = has_new and _matches(MS, x, TM, ts, no, nt, nk, nb, nc)
     if was == now:
         return 0, ts
     return (1 if now else -1), ts
+
+
+@njit(cache=True)
+def move_change_of(MS, x, TM, ts, cl_off, cl_terms, ok, ob, oc, nk, nb, nc):
+    """``change_of`` when only the region changes (a move; clauses ``cl_off``/``cl_terms`` in
+    both forms): the regions are tested first and the text only where they disagree."""
+    was = _hits(MS, x, ok, ob, oc)
+    if was == _hits(MS, x, nk, nb, nc):
+        return 0, ts
+    ts = _mark_terms(MS, x, TM, ts)
+    if not _text_matches(TM, ts, cl_off, cl_terms):
+        return 0, ts
+    return (-1 if was else 1), ts
 
 
 @njit(cache=True)
@@ -384,11 +413,17 @@ def diff_results(
                     if not alive[x] or MSTAMP[x] == stamp:
                         continue
                     MSTAMP[x] = stamp
-                    g, ts = change_of(
-                        MS, x, TM, ts,
-                        has_old, o_cl_off, o_cl_terms, o_kind, o_bbox, o_circ,
-                        has_new, n_cl_off, n_cl_terms, n_kind, n_bbox, n_circ,
-                    )  # fmt: skip
+                    if same_terms:
+                        g, ts = move_change_of(
+                            MS, x, TM, ts, n_cl_off, n_cl_terms,
+                            o_kind, o_bbox, o_circ, n_kind, n_bbox, n_circ,
+                        )  # fmt: skip
+                    else:
+                        g, ts = change_of(
+                            MS, x, TM, ts,
+                            has_old, o_cl_off, o_cl_terms, o_kind, o_bbox, o_circ,
+                            has_new, n_cl_off, n_cl_terms, n_kind, n_bbox, n_circ,
+                        )  # fmt: skip
                     if g != 0:
                         out_x, out_g, n = push_update(out_x, out_g, n, x, g)
             v = NI[v, F_PARENT]

@@ -1,9 +1,11 @@
 """Moving subscription processing for a batch of location updates in one compiled call (Alg. 6).
 
-Per move: route the subscription's clauses out of the leaves of its old region (its nodelist,
-found by the same routing that placed it), re-centre the region, route them into the leaves of
-the new one (filling leaves it creates from the parking lists), then check the messages on the
-m-lists of both sets of leaves and their ancestors against the old and the new form
+Per move: re-centre the region, then walk the subscription's clauses from the root with the old
+and the new box together (``move_clauses``): where both lead to the same child the clause stays
+and its leaves (its nodelist) only get the new box; where they part, it leaves the old region's
+leaves and enters the new one's (filling leaves it creates from the parking lists). Then check
+the messages on the m-lists of both sets of leaves and their ancestors against the old and the
+new form
 (``diff_results``). Leaf splits and collapses the batch calls for are returned, to be done once
 at its end.
 """
@@ -15,12 +17,13 @@ from numba import njit
 from numba.typed import List
 
 from shard.applus.mlists import diff_results, ensure_rows, repair_created
-from shard.aptree.maintain import delete_clauses, insert_clauses, int_list
+from shard.aptree.maintain import int_list, move_clauses
 from shard.geometry import KIND_CIRCLE, circle_bbox
 
 
 @njit(cache=True)
-def _form(S, s, fc, ncl):
+def clause_form(S, s, fc, ncl):
+    """Subscription s's clauses as (offsets, terms) from the store columns."""
     cl_off = S[4]
     cl_len = S[5]
     terms = S[6]
@@ -78,13 +81,12 @@ def move_batch_kernel(T, S, MT, MS, params, fc, ncl, slots, px, py, NSTAMP, MSTA
     for i in range(slots.shape[0]):
         s = slots[i]
         clauses = np.arange(fc[s], fc[s] + ncl[s]).astype(np.int32)
-        off, terms = _form(S, s, fc, ncl)
+        off, terms = clause_form(S, s, fc, ncl)
         o_kind = kind[s]
         o_bbox = bbox[s].copy()
         o_circ = circ[s].copy()
-        T, todo1, old_leaves = delete_clauses(T, S, params, clauses)
         recentre_columns(kind, bbox, circ, s, px[i], py[i])
-        T, todo2, new_leaves, created = insert_clauses(T, S, params, clauses)
+        T, todo1, old_leaves, new_leaves, created = move_clauses(T, S, params, clauses, o_bbox)
         MT = ensure_rows(MT, T[0].shape[0])
         if NSTAMP.shape[0] < T[0].shape[0]:
             n2 = np.zeros(T[0].shape[0], np.int64)
@@ -122,8 +124,6 @@ def move_batch_kernel(T, S, MT, MS, params, fc, ncl, slots, px, py, NSTAMP, MSTA
             o_x.append(xs[j])
             o_g.append(gs[j])
         for u in todo1:
-            todo.append(u)
-        for u in todo2:
             todo.append(u)
     n = len(o_q)
     aq = np.empty(n, np.int64)

@@ -244,10 +244,21 @@ class APPlusTree(APTree):
         kind = np.array([type(m.location) is not Point for m in messages], np.int8)
         geom = np.array([_box(m.location) for m in messages], np.float64).reshape(-1, 4)
         slot_of_q = np.full(len(messages), -1, np.int32)
-        for q, (m, keep) in enumerate(zip(messages, stored, strict=True)):
-            if keep:
-                ids = terms[off[q] : off[q + 1]]
-                slot_of_q[q] = self.msgs.add(m, ids, self.now + float(m.ttl))
+        keep = np.flatnonzero(np.array(stored, np.bool_))
+        if keep.size:
+            kept = [messages[q] for q in keep.tolist()]
+            lens = off[keep + 1] - off[keep]
+            k_off = np.zeros(keep.size + 1, np.int64)
+            np.cumsum(lens, out=k_off[1:])
+            k_terms = (
+                terms
+                if keep.size == len(messages)
+                else np.concatenate([terms[off[q] : off[q + 1]] for q in keep.tolist()])
+            )
+            expiry = self.now + np.array([float(m.ttl) for m in kept])
+            slot_of_q[keep] = self.msgs.add_batch(
+                kept, k_off, k_terms.astype(np.int32), kind[keep], geom[keep], expiry
+            )
         self._sync()
         out_m, out_s = self._traverse(
             off, terms, kind, geom, int(self._tree[10][C_ROOT]), slot_of_q, any(stored)

@@ -25,7 +25,6 @@ from shard.aptree.build import (
     alloc_node,
     build_subtree,
     collect_and_free,
-    contains_region,
     ensure_li,
     ensure_nodes,
     init_node,
@@ -125,6 +124,16 @@ def _route(T, S, params, c, delta, todo, touched, created):
     """Route clause c from the root; delta=+1 inserts it into every leaf it belongs to, -1 removes
     it. Appends each leaf it reaches to ``touched`` and each leaf it had to create (under a node
     that had no such child) to ``created``."""
+    b = S[1][S[3][c]]
+    return _route_from(
+        T, S, params, c, delta, todo, touched, created, T[10][C_ROOT], b[0], b[1], b[2], b[3]
+    )
+
+
+@njit(cache=True)
+def _route_from(T, S, params, c, delta, todo, touched, created, start, b0, b1, b2, b3):
+    """``_route`` from node ``start`` with the region's box given (b0, b1, b2, b3): a move
+    removes a clause under the old box while the store holds the new one."""
     bbox = S[1]
     s = S[3][c]
     cl_off = S[4]
@@ -132,7 +141,7 @@ def _route(T, S, params, c, delta, todo, touched, created):
     terms = S[6]
     theta_p = params[P_THETA_P]
     stack = List()
-    stack.append(T[10][C_ROOT])
+    stack.append(np.int64(start))  # int64 whatever the caller passes (child ids are int32)
     while len(stack) > 0:
         u = stack.pop()
         NI = T[0]
@@ -227,14 +236,8 @@ def _route(T, S, params, c, delta, todo, touched, created):
             nx = NI[u, F_NX]
             ny = NI[u, F_NY]
             BND = T[7]
-            x0, x1 = cell_range(BND, boff, nx, max(bbox[s, 0], NF[u, 0]), min(bbox[s, 2], NF[u, 2]))
-            y0, y1 = cell_range(
-                BND, boff + nx + 1, ny, max(bbox[s, 1], NF[u, 1]), min(bbox[s, 3], NF[u, 3])
-            )
-            if (
-                contains_region(bbox, s, NF, u)
-                or (x1 - x0 + 1) * (y1 - y0 + 1) > params[P_MAX_SPAN]
-            ):
+            x0, x1, y0, y1, to_dummy = _cells_of(T, params, u, b0, b1, b2, b3)
+            if to_dummy:
                 NI[u, F_WD_CUR] += delta
                 d = NI[u, F_DUMMY]
                 if d < 0:
@@ -270,6 +273,177 @@ def _route(T, S, params, c, delta, todo, touched, created):
                         stack.append(np.int64(child))
         _note_update(T, params, u, todo)
     return T
+
+
+@njit(cache=True)
+def _cells_of(T, params, u, b0, b1, b2, b3):
+    """Where a region with box (b0, b1, b2, b3) goes at s-node u: (x0, x1, y0, y1, to dummy)."""
+    NI = T[0]
+    NF = T[1]
+    BND = T[7]
+    boff = NI[u, F_BOFF]
+    nx = NI[u, F_NX]
+    ny = NI[u, F_NY]
+    x0, x1 = cell_range(BND, boff, nx, max(b0, NF[u, 0]), min(b2, NF[u, 2]))
+    y0, y1 = cell_range(BND, boff + nx + 1, ny, max(b1, NF[u, 1]), min(b3, NF[u, 3]))
+    contains = b0 <= NF[u, 0] and b1 <= NF[u, 1] and b2 >= NF[u, 2] and b3 >= NF[u, 3]
+    dummy = contains or (x1 - x0 + 1) * (y1 - y0 + 1) > params[P_MAX_SPAN]
+    return x0, x1, y0, y1, dummy
+
+
+@njit(cache=True)
+def _k_child(T, params, u, c, cl_off, cl_len, terms):
+    """The child of k-node u that holds clause c (which is in the tree): -1 for the dummy."""
+    NI = T[0]
+    l = NI[u, F_L]
+    if cl_len[c] <= l:
+        return -1
+    w = terms[cl_off[c] + l]
+    off = NI[u, F_CHOFF]
+    CLO = T[3]
+    CHI = T[4]
+    lo = 0
+    hi = NI[u, F_NCH] - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if CLO[off + mid] <= w:
+            lo = mid
+        else:
+            hi = mid - 1
+    if params[P_GAP_TO_DUMMY] > 0.5 and (w < CLO[off + lo] or w > CHI[off + lo]):
+        return -1
+    return lo
+
+
+@njit(cache=True)
+def _move_route(T, S, params, c, ob, todo, touched_old, touched_new, created):
+    """Move clause c from the old box ``ob`` to the box the store now holds: where both boxes
+    lead to the same child the clause stays (its leaves only get the new box); where they part,
+    it is removed under the old box and inserted under the new one (``_route_from``). Far less
+    work than delete + insert when a region moves by a fraction of its size."""
+    bbox = S[1]
+    s = S[3][c]
+    nb = bbox[s]
+    stack = List()
+    stack.append(T[10][C_ROOT])
+    while len(stack) > 0:
+        u = stack.pop()
+        NI = T[0]
+        typ = NI[u, F_TYPE]
+        if typ == LEAF:
+            touched_old.append(u)
+            touched_new.append(u)
+            _leaf_set_box(T, u, c, bbox, s)
+            continue
+        off = NI[u, F_CHOFF]
+        if typ == KNODE:
+            lo = _k_child(T, params, u, c, S[4], S[5], S[6])
+            stack.append(NI[u, F_DUMMY] if lo < 0 else T[2][off + lo])
+            continue
+        ny = NI[u, F_NY]
+        ox0, ox1, oy0, oy1, o_dummy = _cells_of(T, params, u, ob[0], ob[1], ob[2], ob[3])
+        nx0, nx1, ny0, ny1, n_dummy = _cells_of(T, params, u, nb[0], nb[1], nb[2], nb[3])
+        if o_dummy and n_dummy:
+            stack.append(NI[u, F_DUMMY])
+            continue
+        if not o_dummy and not n_dummy and ox0 == nx0 and ox1 == nx1 and oy0 == ny0 and oy1 == ny1:
+            for a in range(ox0, ox1 + 1):  # the same cells: the clause stays in each
+                for b in range(oy0, oy1 + 1):
+                    stack.append(np.int64(T[2][off + a * ny + b]))
+            continue
+        if o_dummy:
+            T = _route_from(
+                T, S, params, c, -1, todo, touched_old, created, NI[u, F_DUMMY],
+                ob[0], ob[1], ob[2], ob[3],
+            )  # fmt: skip
+            NI = T[0]
+            NI[u, F_WD_CUR] -= 1
+        if n_dummy:
+            NI[u, F_WD_CUR] += 1
+            d = NI[u, F_DUMMY]
+            if d < 0:
+                NF = T[1]
+                T, d = _new_leaf_child(
+                    T, u, NI[u, F_L], NI[u, F_KP], 0, NF[u, 0], NF[u, 1], NF[u, 2], NF[u, 3]
+                )
+                NI = T[0]
+                NI[u, F_DUMMY] = d
+                created.append(d)
+            T = _route_from(
+                T, S, params, c, 1, todo, touched_new, created, d, nb[0], nb[1], nb[2], nb[3]
+            )
+            NI = T[0]
+        if not o_dummy:
+            for a in range(ox0, ox1 + 1):
+                for b in range(oy0, oy1 + 1):
+                    k = off + a * ny + b
+                    child = T[2][k]
+                    if not n_dummy and nx0 <= a <= nx1 and ny0 <= b <= ny1:
+                        stack.append(np.int64(child))
+                        continue
+                    T[6][k] -= 1
+                    T = _route_from(
+                        T, S, params, c, -1, todo, touched_old, created, child,
+                        ob[0], ob[1], ob[2], ob[3],
+                    )  # fmt: skip
+        if not n_dummy:
+            for a in range(nx0, nx1 + 1):
+                for b in range(ny0, ny1 + 1):
+                    if not o_dummy and ox0 <= a <= ox1 and oy0 <= b <= oy1:
+                        continue
+                    NI = T[0]
+                    k = off + a * ny + b
+                    T[6][k] += 1
+                    child = T[2][k]
+                    if child < 0:
+                        BND = T[7]
+                        boff = NI[u, F_BOFF]
+                        gx = NI[u, F_NX]
+                        T, child = _new_leaf_child(
+                            T, u, NI[u, F_L], NI[u, F_KP], 1,
+                            BND[boff + a], BND[boff + gx + 1 + b],
+                            BND[boff + a + 1], BND[boff + gx + 2 + b],
+                        )  # fmt: skip
+                        T[2][k] = child
+                        created.append(child)
+                    T = _route_from(
+                        T, S, params, c, 1, todo, touched_new, created, child,
+                        nb[0], nb[1], nb[2], nb[3],
+                    )  # fmt: skip
+        _note_update(T, params, u, todo)
+    return T
+
+
+@njit(cache=True)
+def move_clauses(T, S, params, clauses, ob):
+    """Move clause ids of one subscription from old box ``ob`` to the box now in the store.
+    Returns (tree, nodes to rebuild, leaves of the old placement, leaves of the new one, leaves
+    created)."""
+    todo = int_list()
+    t_old = int_list()
+    t_new = int_list()
+    created = int_list()
+    for c in clauses:
+        T = _move_route(T, S, params, c, ob, todo, t_old, t_new, created)
+    return (
+        T,
+        _unique_todo(todo),
+        _unique_todo(t_old),
+        _unique_todo(t_new),
+        _unique_todo(created),
+    )
+
+
+@njit(cache=True)
+def _leaf_set_box(T, u, c, bbox, s):
+    NI = T[0]
+    LI = T[8]
+    off = NI[u, F_LOFF]
+    for i in range(off, off + NI[u, F_LLEN]):
+        if LI[i] == c:
+            set_leaf_box(T[11], i, bbox, s)
+            return
+    raise AssertionError("clause missing from the leaf it routes to")
 
 
 @njit(cache=True)

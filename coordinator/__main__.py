@@ -1,0 +1,78 @@
+"""``python -m coordinator``: run the coordinator (gRPC on HOST:PORT, shards as Ray actors) in the
+foreground until SIGINT/SIGTERM. Needs a reachable Redis (``--redis-url``); starts a local Ray
+unless ``--ray-address`` names a cluster to join. ``geopubsub up`` runs it for you.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import logging
+import os
+import signal
+import sys
+
+from shard.errors import GeoPubSubError
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m coordinator", description=__doc__)
+    p.add_argument("--config", help="TOML settings file")
+    p.add_argument("--shards", type=int)
+    p.add_argument("--host")
+    p.add_argument("--port", type=int)
+    p.add_argument("--redis-url")
+    p.add_argument("--ray-address")
+    p.add_argument("--data-dir")
+    return p.parse_args(argv)
+
+
+async def serve(settings) -> None:
+    import ray
+
+    from coordinator.server import create_server, stop_server
+    from coordinator.shards import RayShard
+    from shard.actor import make_shard_actor
+
+    if settings.ray_address:
+        ray.init(address=settings.ray_address, include_dashboard=False, log_to_driver=False)
+    elif not ray.is_initialized():
+        ray.init(include_dashboard=False, log_to_driver=False)
+
+    def factory(k: int) -> RayShard:
+        return RayShard(k, make_shard_actor(k, max_restarts=settings.shard_max_restarts))
+
+    server, port, app = await create_server(settings, factory)
+    # the loaded subscriptions are long-lived: keep them out of every collection, and collect
+    # the young generation less often (per-call futures otherwise trigger collections that
+    # scan them; measured 41 % of the coordinator's CPU while registering)
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
+    print(f"geopubsub coordinator listening on {settings.host}:{port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await stop_server(server, app)
+    ray.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    from coordinator.settings import Settings
+
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    flags = {k: v for k, v in vars(args).items() if k != "config"}
+    try:
+        settings = Settings.load(file=args.config, env=os.environ, flags=flags)
+        asyncio.run(serve(settings))
+    except GeoPubSubError as exc:
+        print(f"geopubsub coordinator: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,209 @@
+"""The one module converting between ``geopubsub.v1`` protobuf messages and domain objects.
+
+Protobuf → domain goes through the workload dict form and ``shard.model``'s validators, so every
+input rule lives in one place; their ``ValidationError`` fields (``rect[0]``, ``ttl``) are renamed to
+paths into the request (``subscription.rect.min_lon``, ``message.ttl_s``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from geopubsub.v1 import geopubsub_pb2 as pb
+from shard.errors import ValidationError
+from shard.model import (
+    Circle,
+    Message,
+    Point,
+    Rect,
+    Subscription,
+    message_from_dict,
+    message_to_dict,
+    subscription_from_dict,
+    subscription_to_dict,
+    validate_id,
+    validate_point,
+)
+
+_COORDINATES = {
+    "rect": ("min_lon", "min_lat", "max_lon", "max_lat"),
+    "circle": ("lon", "lat", "radius_m"),
+    "point": ("lon", "lat"),
+}
+"""The proto field of each position of a region list in the dict form."""
+_RENAMED = {"ttl": "ttl_s"}
+_INDEXED = re.compile(r"(\w+)\[(\d+)\]")
+
+_KIND = {"+": pb.Delivery.ADD, "-": pb.Delivery.REMOVE}
+_SIGN = {kind: sign for sign, kind in _KIND.items()}
+
+
+def proto_field(field: str) -> str:
+    """The proto path of a dict-form field name.
+
+    >>> proto_field("rect[2]"), proto_field("keywords[0]"), proto_field("ttl")
+    ('rect.max_lon', 'keywords[0]', 'ttl_s')
+    """
+    m = _INDEXED.fullmatch(field)
+    if m and m[1] in _COORDINATES:
+        return f"{m[1]}.{_COORDINATES[m[1]][int(m[2])]}"
+    return _RENAMED.get(field, field)
+
+
+def _under(prefix: str, e: ValidationError) -> ValidationError:
+    """The same error (same class) with its field as ``prefix.<proto path>``."""
+    return type(e)(f"{prefix}.{proto_field(e.field)}", e.value, e.reason)
+
+
+# ---- points and regions ---------------------------------------------------------------------
+def from_proto_point(point: pb.Point, *, field: str = "point") -> Point:
+    """Validate a Point; errors name ``{field}.lon`` / ``{field}.lat``.
+
+    >>> from_proto_point(pb.Point(lon=13.4, lat=52.5))
+    Point(lon=13.4, lat=52.5)
+    """
+    try:
+        return validate_point("point", point.lon, point.lat)
+    except ValidationError as e:
+        raise type(e)(field + proto_field(e.field).removeprefix("point"), e.value, e.reason) from e
+
+
+def to_proto_point(point: Point) -> pb.Point:
+    return pb.Point(lon=point.lon, lat=point.lat)
+
+
+def _to_proto_rect(rect: Rect) -> pb.Rect:
+    return pb.Rect(
+        min_lon=rect.min_lon, min_lat=rect.min_lat, max_lon=rect.max_lon, max_lat=rect.max_lat
+    )
+
+
+def _rect_list(rect: pb.Rect) -> list[float]:
+    return [rect.min_lon, rect.min_lat, rect.max_lon, rect.max_lat]
+
+
+# ---- subscriptions --------------------------------------------------------------------------
+def from_proto_subscription(sub: pb.Subscription, *, field: str = "subscription") -> Subscription:
+    """Validate a Subscription (rules: docs/LIMITS.md). An empty ``expr`` and empty ``keywords``
+    count as absent. Raises ValidationError naming ``{field}.<path>``. O(size of the subscription).
+
+    >>> s = from_proto_subscription(
+    ...     pb.Subscription(id="s1", expr="ipad AND (sale OR discount)", circle=pb.Circle(radius_m=9))
+    ... )
+    >>> s.clauses, s.region
+    ((('discount', 'ipad'), ('ipad', 'sale')), Circle(lon=0.0, lat=0.0, radius_m=9.0))
+    """
+    d: dict[str, Any] = {"id": sub.id, "moving": sub.moving}
+    if sub.keywords:
+        d["keywords"] = list(sub.keywords)
+    if sub.expr:
+        d["expr"] = sub.expr
+    region = sub.WhichOneof("region")
+    if region == "rect":
+        d["rect"] = _rect_list(sub.rect)
+    elif region == "circle":
+        d["circle"] = [sub.circle.lon, sub.circle.lat, sub.circle.radius_m]
+    try:
+        return subscription_from_dict(d)
+    except ValidationError as e:
+        raise _under(field, e) from e
+
+
+def to_proto_subscription(sub: Subscription) -> pb.Subscription:
+    """The Subscription as registered (its ``keywords`` or ``expr`` as given)."""
+    d = subscription_to_dict(sub)
+    out = pb.Subscription(
+        id=sub.id, keywords=d.get("keywords", ()), expr=d.get("expr", ""), moving=sub.moving
+    )
+    if isinstance(sub.region, Rect):
+        out.rect.CopyFrom(_to_proto_rect(sub.region))
+    else:
+        c: Circle = sub.region
+        out.circle.CopyFrom(pb.Circle(lon=c.lon, lat=c.lat, radius_m=c.radius_m))
+    return out
+
+
+# ---- messages -------------------------------------------------------------------------------
+def from_proto_message(msg: pb.Message, *, default_id: str, field: str = "message") -> Message:
+    """Validate a Message; an empty ``id`` becomes ``default_id``, an empty ``text`` None,
+    ``ttl_s`` 0 one-shot (ttl None). ``time`` is ignored. Raises ValidationError naming
+    ``{field}.<path>``. O(size of the message).
+
+    >>> m = from_proto_message(
+    ...     pb.Message(text="iPad sale", point=pb.Point(lon=1, lat=2)), default_id="m7"
+    ... )
+    >>> m.id, m.terms, m.location, m.ttl
+    ('m7', ('ipad', 'sale'), Point(lon=1.0, lat=2.0), None)
+    """
+    d: dict[str, Any] = {"id": msg.id or default_id, "keywords": list(msg.keywords)}
+    if msg.text:
+        d["text"] = msg.text
+    location = msg.WhichOneof("location")
+    if location == "point":
+        d["point"] = [msg.point.lon, msg.point.lat]
+    elif location == "rect":
+        d["rect"] = _rect_list(msg.rect)
+    if msg.ttl_s != 0.0:  # NaN included, so that validation rejects it
+        d["ttl"] = msg.ttl_s
+    try:
+        return message_from_dict(d)
+    except ValidationError as e:
+        raise _under(field, e) from e
+
+
+def to_proto_message(msg: Message, *, time: float = 0.0) -> pb.Message:
+    """The Message as published; ``time`` is its publish time (Unix seconds)."""
+    out = pb.Message(
+        id=msg.id,
+        keywords=message_to_dict(msg)["keywords"],
+        text=msg.text or "",
+        ttl_s=msg.ttl or 0.0,
+        time=time,
+    )
+    if isinstance(msg.location, Point):
+        out.point.CopyFrom(to_proto_point(msg.location))
+    else:
+        out.rect.CopyFrom(_to_proto_rect(msg.location))
+    return out
+
+
+# ---- location updates and deliveries ---------------------------------------------------------
+def from_proto_location_update(request: pb.UpdateLocationRequest) -> tuple[str, Point]:
+    """(subscription id, new centre) of an UpdateLocationRequest; the point is required (an unset
+    point would read as (0, 0)).
+
+    >>> from_proto_location_update(pb.UpdateLocationRequest(id="s1", point=pb.Point(lon=1, lat=2)))
+    ('s1', Point(lon=1.0, lat=2.0))
+    """
+    sid = validate_id("id", request.id)
+    if not request.HasField("point"):
+        raise ValidationError("point", None, "required")
+    return sid, from_proto_point(request.point)
+
+
+def to_proto_delivery(
+    subscription_id: str, sequence: int, sign: str, message: pb.Message, *, time: float
+) -> pb.Delivery:
+    """A Delivery of the core's update ``(subscription_id, sign, message id)``, ``sign`` "+" (ADD)
+    or "-" (REMOVE). ``message`` is already converted (``to_proto_message``) so that a message
+    delivered to many subscriptions is converted once; it is copied into the Delivery.
+    """
+    return pb.Delivery(
+        subscription_id=subscription_id,
+        sequence=sequence,
+        kind=_KIND[sign],
+        message=message,
+        time=time,
+    )
+
+
+def from_proto_delivery(delivery: pb.Delivery) -> tuple[str, str, str]:
+    """The core's update triple ``(subscription id, "+" | "-", message id)`` of a Delivery.
+
+    >>> from_proto_delivery(
+    ...     pb.Delivery(subscription_id="s", kind=pb.Delivery.REMOVE, message=pb.Message(id="m"))
+    ... )
+    ('s', '-', 'm')
+    """
+    return delivery.subscription_id, _SIGN[delivery.kind], delivery.message.id

@@ -1,0 +1,157 @@
+"""The delivery stage: sequence numbers, the Redis retention log and the live result streams.
+
+For every round (in order) it numbers each subscription's deliveries 1, 2, 3, … (continuing
+from the log after a restart), answers the round's callers, writes the deliveries to the log in
+one pipeline and only then offers them to the open streams. A stream registers before it reads
+the log, so a delivery is either in the log when the stream reads it or reaches the stream's
+buffer afterwards: a resumed stream misses nothing and, skipping sequences it has seen, repeats
+nothing. A stream's buffer is bounded; when a slow consumer lets it fill, new deliveries are
+dropped from the buffer (counted) and the stream catches up from the log: publishing never
+waits for a consumer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator
+
+from coordinator.convert import to_proto_delivery
+from coordinator.engine import Round
+from coordinator.metadata import Metadata
+from geopubsub.v1 import geopubsub_pb2 as pb
+
+LOG_READ_BATCH = 1000
+_SIGN = ("+", "-")
+
+
+def _removal(msg_id: str) -> bytes:
+    return pb.Message(id=msg_id).SerializeToString()
+
+
+class _Stream:
+    __slots__ = ("queue", "overflowed")
+
+    def __init__(self, size: int) -> None:
+        self.queue: asyncio.Queue = asyncio.Queue(size)
+        self.overflowed = False
+
+
+class Deliveries:
+    def __init__(
+        self,
+        md: Metadata,
+        *,
+        retention_max: int,
+        retention_s: float,
+        stream_buffer: int,
+        clock=time.time,
+    ) -> None:
+        self.md = md
+        self.clock = clock
+        self.retention_max = retention_max
+        self.retention_s = retention_s
+        self.stream_buffer = stream_buffer
+        self.seq: dict[str, int] = {}
+        self.ephemeral: set[str] = set()
+        """Subscriptions whose deliveries skip the retention log."""
+        self.streams: dict[str, set[_Stream]] = defaultdict(set)
+        self.delivered = 0
+        self.dropped = 0
+
+    def forget(self, sub_id: str) -> None:
+        self.seq.pop(sub_id, None)
+
+    async def on_round(self, rnd: Round) -> None:
+        ds = rnd.deliveries
+        unknown = list({d.sub_id for d in ds if d.sub_id not in self.seq})
+        if unknown:
+            for s, last in zip(unknown, await self.md.last_sequences(unknown), strict=True):
+                self.seq.setdefault(s, last)
+        seq = self.seq
+        ephemeral = self.ephemeral
+        seqs: list[int] = []
+        log = []
+        for d in ds:
+            n = seq[d.sub_id] + 1
+            seq[d.sub_id] = n
+            seqs.append(n)
+            if d.sub_id not in ephemeral:
+                payload = d.payload if d.kind == 0 else _removal(d.msg_id)
+                log.append((d.sub_id, n, d.kind, payload, rnd.now))
+        # Delivery messages are built only where someone takes them: a move's caller, a stream
+        msgs: dict[str, pb.Message] = {}
+        built: dict[int, pb.Delivery] = {}
+
+        def delivery(i: int) -> pb.Delivery:
+            x = built.get(i)
+            if x is None:
+                d = ds[i]
+                m = msgs.get(d.msg_id) if d.kind == 0 else None
+                if m is None:
+                    m = pb.Message.FromString(d.payload) if d.kind == 0 else pb.Message(id=d.msg_id)
+                    if d.kind == 0:
+                        msgs[d.msg_id] = m
+                x = built[i] = to_proto_delivery(d.sub_id, seqs[i], _SIGN[d.kind], m, time=rnd.now)
+            return x
+
+        for op, a, b in rnd.spans:
+            if op.future.done():
+                continue
+            if op.kind == "pub":
+                op.future.set_result(sum(1 for i in range(a, b) if ds[i].kind == 0))
+            elif op.kind == "move":
+                op.future.set_result([delivery(i) for i in range(a, b)])
+            else:
+                op.future.set_result(None)
+        self.delivered += len(ds)
+        try:
+            await self.md.append_log(log, self.retention_max, self.retention_s)
+        finally:
+            if self.streams:
+                for i, d in enumerate(ds):
+                    for st in self.streams.get(d.sub_id, ()):
+                        if st.overflowed:
+                            continue
+                        try:
+                            st.queue.put_nowait(delivery(i))
+                        except asyncio.QueueFull:
+                            st.overflowed = True
+                            self.dropped += 1
+
+    async def stream(self, sub_id: str, after: int) -> AsyncIterator[pb.Delivery]:
+        """Deliveries of ``sub_id`` with sequence > ``after``: the retained ones from the log,
+        then live ones as they come. Never repeats a sequence."""
+        st = _Stream(self.stream_buffer)
+        self.streams[sub_id].add(st)
+        last = after
+        try:
+            while True:
+                while True:
+                    rows = await self.md.read_log(sub_id, last, LOG_READ_BATCH)
+                    oldest = self.clock() - self.retention_s
+                    for n, kind, payload, t in rows:
+                        if n <= last:
+                            continue
+                        last = n
+                        if t < oldest:  # past the retention window
+                            continue
+                        m = pb.Message.FromString(payload)
+                        yield to_proto_delivery(sub_id, n, _SIGN[kind], m, time=t)
+                    if len(rows) < LOG_READ_BATCH:
+                        break
+                while not st.overflowed:
+                    x = await st.queue.get()
+                    if x.sequence <= last:
+                        continue
+                    yield x
+                    last = x.sequence
+                # the buffer filled up: drop it and catch up from the log
+                while not st.queue.empty():
+                    st.queue.get_nowait()
+                st.overflowed = False
+        finally:
+            self.streams[sub_id].discard(st)
+            if not self.streams[sub_id]:
+                del self.streams[sub_id]

@@ -1,0 +1,380 @@
+"""The coordinator's engine: routes operations to shards in micro-batched rounds and merges the
+shards' updates into exact per-subscription deliveries.
+
+A *round* takes the operations waiting (at most ``batch_max`` per shard, or whatever arrived
+within ``batch_delay_ms`` of the first), reads the clock once (``now``), sends every shard one
+``apply(ops, now)`` call with its share, in arrival order, and waits for all of them. Each shard
+first advances to ``now`` (expirations) and then applies its ops, returning the updates of each.
+
+Routing (``shard.partition_map``): a point message goes to the shard owning the point, a region
+message to every shard its box meets; a subscription lives on every shard its region's box
+meets. A move goes to the shards of the old and the new region: ``move`` where it stays,
+``sub`` where it arrives, ``detach`` (−m for all it held there) where it leaves.
+
+Merging: a message sent to several shards can be reported by each of them for the same
+subscription, so for those messages the engine keeps, per (subscription, message), how many
+shards currently hold the pair; an operation's updates are netted over all shards and a delivery
+is made only when that count crosses zero; an operation's REMOVEs come before its ADDs. A move
+that crosses a shard boundary therefore gives
+exactly the ± difference the in-process AP+-Tree gives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import logging
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from shard.applus.tree import recentre
+from shard.errors import NotFoundError, OverloadedError, UnavailableError, ValidationError
+from shard.geometry import region_bbox
+from shard.model import Message, Point, Rect, Subscription
+from shard.partition_map import PartitionMap
+
+log = logging.getLogger(__name__)
+
+Update = tuple[str, str, str]
+"""(subscription id, "+" | "-", message id) as the shards return them."""
+
+DEFAULT_TICK_S = 0.25
+"""Longest time between rounds while messages are live, so that expirations are delivered."""
+
+
+class ShardHandle(Protocol):
+    """What the engine needs of a shard (a Ray actor in the cluster, a ShardState in tests)."""
+
+    async def apply(
+        self, ops: list[tuple], now: float
+    ) -> tuple[list[Update], list[list[Update]]]: ...
+
+
+def location_bbox(loc: Point | Rect) -> tuple[float, float, float, float]:
+    if isinstance(loc, Point):
+        return (loc.lon, loc.lat, loc.lon, loc.lat)
+    return (loc.min_lon, loc.min_lat, loc.max_lon, loc.max_lat)
+
+
+@dataclass(slots=True)
+class Op:
+    kind: str  # "pub" | "sub" | "unsub" | "move"
+    arg: Any
+    future: asyncio.Future
+    payload: bytes = b""
+    point: Point | None = None
+
+
+@dataclass(slots=True)
+class Delivered:
+    """One delivery before it gets its sequence number."""
+
+    sub_id: str
+    kind: int  # 0 ADD, 1 REMOVE
+    msg_id: str
+    payload: bytes  # the Message, serialized (empty for REMOVE)
+
+
+@dataclass(slots=True)
+class Round:
+    """What a round produced, in order; ``ops`` with the index range of their deliveries."""
+
+    now: float
+    deliveries: list[Delivered] = field(default_factory=list)
+    spans: list[tuple[Op, int, int]] = field(default_factory=list)
+
+
+class Engine:
+    """Owns the routing state (partition map, placements, live messages) and the round loop.
+    ``on_round`` receives every finished ``Round`` in order (the delivery stage)."""
+
+    def __init__(
+        self,
+        shards: Sequence[ShardHandle],
+        pm: PartitionMap,
+        *,
+        on_round: Callable[[Round], Any],
+        batch_max: int = 512,
+        batch_delay_ms: float = 2.0,
+        queue_max: int = 100_000,
+        clock: Callable[[], float] = time.time,
+        tick_s: float = DEFAULT_TICK_S,
+    ) -> None:
+        if len(shards) != len(pm):
+            raise ValidationError("shards", len(shards), f"must equal the map's {len(pm)} parts")
+        self.shards = list(shards)
+        self.pm = pm
+        self.on_round = on_round
+        self.batch_max = batch_max
+        self.batch_delay = batch_delay_ms / 1000.0
+        self.queue_max = queue_max
+        self.clock = clock
+        self.tick_s = tick_s
+        self.subs: dict[str, Subscription] = {}
+        self.placement: dict[str, tuple[int, ...]] = {}
+        self.live: dict[str, tuple[bytes, float]] = {}
+        self.multi: dict[str, dict[str, int]] = {}  # message on several shards -> sub -> count
+        self._expiry: list[tuple[float, str]] = []
+        self._pending: list[Op] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._last_now = -float("inf")
+        self._broken: set[int] = set()
+        self._stopped = False
+        self.stats = defaultdict(int)
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name="engine")
+
+    async def stop(self) -> None:
+        self._stopped = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        for op in self._pending:
+            if not op.future.done():
+                op.future.set_exception(UnavailableError("the coordinator is stopping"))
+        self._pending.clear()
+
+    def restore(self, subs: Sequence[Subscription]) -> dict[int, list[Subscription]]:
+        """Register subscriptions loaded from Redis (before ``start``); returns each shard's
+        share for its bulk load."""
+        per: dict[int, list[Subscription]] = defaultdict(list)
+        for s in subs:
+            where = tuple(self.pm.overlapping(region_bbox(s.region)))
+            self.subs[s.id] = s
+            self.placement[s.id] = where
+            for k in where:
+                per[k].append(s)
+        return per
+
+    # ---- operations (each resolves when its round is done) ----------------------------------
+    def publish(self, msg: Message, payload: bytes) -> asyncio.Future:
+        """Returns a future of the number of subscriptions the message was delivered to."""
+        if msg.ttl and msg.id in self.live:
+            raise ValidationError("message.id", msg.id, "a live message already has this id")
+        return self._submit(Op("pub", msg, self._future(), payload))
+
+    def subscribe(self, sub: Subscription) -> asyncio.Future:
+        return self._submit(Op("sub", sub, self._future()))
+
+    def unsubscribe(self, sub_id: str) -> asyncio.Future:
+        if sub_id not in self.subs:
+            raise NotFoundError("subscription", sub_id)
+        return self._submit(Op("unsub", sub_id, self._future()))
+
+    def move(self, sub_id: str, point: Point) -> asyncio.Future:
+        """Future of the deliveries of this move (their indices in the round)."""
+        sub = self.subs.get(sub_id)
+        if sub is None:
+            raise NotFoundError("subscription", sub_id)
+        if not sub.moving:
+            raise ValidationError(
+                "id", sub_id, "the subscription is not moving (subscribe it with moving=true)"
+            )
+        return self._submit(Op("move", sub_id, self._future(), point=point))
+
+    @staticmethod
+    def new_message_id() -> str:
+        return uuid.uuid4().hex
+
+    def _future(self) -> asyncio.Future:
+        return asyncio.get_running_loop().create_future()
+
+    def _submit(self, op: Op) -> asyncio.Future:
+        if self._stopped:
+            raise UnavailableError("the coordinator is reloading or stopping; retry")
+        if len(self._pending) >= self.queue_max:
+            self.stats["rejected_overload"] += 1
+            raise OverloadedError(f"{len(self._pending)} operations waiting; retry later")
+        self._pending.append(op)
+        self._wake.set()
+        return op.future
+
+    # ---- the round loop --------------------------------------------------------------------
+    async def _loop(self) -> None:
+        while True:
+            if not self._pending:
+                self._wake.clear()
+                timeout = self.tick_s if self.live else None
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+            if self._pending and len(self._pending) < self.batch_max and self.batch_delay > 0:
+                await asyncio.sleep(self.batch_delay)
+            ops = self._pending[: self.batch_max * max(1, len(self.shards))]
+            del self._pending[: len(ops)]
+            try:
+                rnd = await self._round(ops)
+            except Exception as exc:  # a shard failed: the round's callers get UNAVAILABLE
+                err = exc if isinstance(exc, UnavailableError) else UnavailableError(str(exc))
+                for op in ops:
+                    if not op.future.done():
+                        op.future.set_exception(err)
+                self.stats["failed_rounds"] += 1
+                continue
+            await self.on_round(rnd)
+
+    async def _round(self, ops: list[Op]) -> Round:
+        now = max(self.clock(), self._last_now)
+        self._last_now = now
+        per: list[list[tuple]] = [[] for _ in self.shards]
+        where: list[list[tuple[int, int]]] = []  # op -> [(shard, index in that shard's list)]
+        for op in ops:
+            where.append(self._route(op, per, now))
+        ks = [k for k in range(len(self.shards)) if per[k] or self.live]
+        results = await asyncio.gather(
+            *(self.shards[k].apply(per[k], now) for k in ks), return_exceptions=True
+        )
+        by_shard = {}
+        for k, r in zip(ks, results, strict=True):
+            if isinstance(r, BaseException):
+                # the shard is gone or broken: its share of the round fails with UNAVAILABLE and
+                # it is reloaded from the subscriptions before the next round
+                err = r if isinstance(r, UnavailableError) else UnavailableError(f"shard {k}: {r}")
+                by_shard[k] = ([], [err] * len(per[k]))
+                self._broken.add(k)
+                self.stats["shard_failures"] += 1
+            else:
+                by_shard[k] = r
+        rnd = Round(now)
+        # expirations first (every shard advanced to now before its ops)
+        self._merge([u for k in ks for u in by_shard[k][0]], rnd)
+        self._expire(now)
+        for op, places in zip(ops, where, strict=True):
+            start = len(rnd.deliveries)
+            parts = [by_shard[k][1][i] for k, i in places]
+            failed = next((p for p in parts if isinstance(p, Exception)), None)
+            if failed is not None:  # the shard rejected it (and is unchanged by it)
+                if not op.future.done():
+                    op.future.set_exception(failed)
+                parts = [p for p in parts if not isinstance(p, Exception)]
+            self._merge([u for p in parts for u in p], rnd, op)
+            rnd.spans.append((op, start, len(rnd.deliveries)))
+        if self._broken:
+            await self._reload_broken(now)
+        self.stats["rounds"] += 1
+        return rnd
+
+    async def _reload_broken(self, now: float) -> None:
+        """Bulk-load each broken shard with the subscriptions placed on it (its live messages
+        are lost: their holders get no -m for them; see docs/LIMITS.md)."""
+        for k in sorted(self._broken):
+            share = [s for sid, s in self.subs.items() if k in self.placement[sid]]
+            try:
+                await self.shards[k].load(share, now)
+            except Exception:
+                log.warning("shard %d could not be reloaded; will retry", k, exc_info=True)
+                continue
+            self._broken.discard(k)
+            log.warning("shard %d reloaded with %d subscriptions", k, len(share))
+
+    def _route(self, op: Op, per: list[list[tuple]], now: float) -> list[tuple[int, int]]:
+        out: list[tuple[int, int]] = []
+
+        def send(k: int, item: tuple) -> None:
+            out.append((k, len(per[k])))
+            per[k].append(item)
+
+        if op.kind == "pub":
+            m: Message = op.arg
+            targets = (
+                [self.pm.owner(m.location.lon, m.location.lat)]
+                if isinstance(m.location, Point)
+                else self.pm.overlapping(location_bbox(m.location))
+            )
+            if m.ttl:
+                self.live[m.id] = (op.payload, now + m.ttl)
+                heapq.heappush(self._expiry, (now + m.ttl, m.id))
+                if len(targets) > 1:
+                    self.multi[m.id] = {}
+            for k in targets:
+                send(k, ("pub", m))
+            self.stats["published"] += 1
+        elif op.kind == "sub":
+            s: Subscription = op.arg
+            old = self.placement.get(s.id, ())
+            new = tuple(self.pm.overlapping(region_bbox(s.region)))
+            for k in old:
+                if k not in new:
+                    send(k, ("detach", s.id))
+            for k in new:
+                send(k, ("sub", s))
+            self.subs[s.id] = s
+            self.placement[s.id] = new
+        elif op.kind == "unsub":
+            sub_id = op.arg
+            for k in self.placement.pop(sub_id, ()):
+                send(k, ("unsub", sub_id))
+            self.subs.pop(sub_id, None)
+            for counts in self.multi.values():
+                counts.pop(sub_id, None)
+        else:  # move
+            sub_id = op.arg
+            s = self.subs[sub_id]
+            moved = Subscription(
+                s.id, s.clauses, recentre(s.region, op.point), True, s.keywords, s.expr
+            )
+            old = self.placement[sub_id]
+            new = tuple(self.pm.overlapping(region_bbox(moved.region)))
+            for k in old:
+                if k in new:
+                    send(k, ("move", sub_id, op.point))
+                else:
+                    send(k, ("detach", sub_id))
+            for k in new:
+                if k not in old:
+                    send(k, ("sub", moved))
+            self.subs[sub_id] = moved
+            self.placement[sub_id] = new
+            self.stats["moves"] += 1
+        return out
+
+    def _merge(self, ups: list[Update], rnd: Round, op: Op | None = None) -> None:
+        """Net one operation's updates over the shards and append its deliveries."""
+        if not ups:
+            return
+        net: dict[tuple[str, str], int] = {}
+        for s, g, m in ups:
+            key = (s, m)
+            net[key] = net.get(key, 0) + (1 if g == "+" else -1)
+        adds: list[Delivered] = []  # an operation's REMOVEs come before its ADDs
+        for (s, m), d in net.items():
+            counts = self.multi.get(m)
+            if counts is not None:
+                old = counts.get(s, 0)
+                new = old + d
+                if new:
+                    counts[s] = new
+                else:
+                    counts.pop(s, None)
+                if (old > 0) == (new > 0):
+                    continue
+                add = new > 0
+            elif d == 0:
+                continue
+            else:
+                add = d > 0
+            if add:
+                payload = (
+                    op.payload
+                    if op is not None and op.kind == "pub" and op.arg.id == m
+                    else self.live.get(m, (b"", 0.0))[0]
+                )
+                adds.append(Delivered(s, 0, m, payload))
+            else:
+                rnd.deliveries.append(Delivered(s, 1, m, b""))
+        rnd.deliveries.extend(adds)
+
+    def _expire(self, now: float) -> None:
+        while self._expiry and self._expiry[0][0] <= now:
+            _, m = heapq.heappop(self._expiry)
+            self.live.pop(m, None)
+            self.multi.pop(m, None)

@@ -1,0 +1,360 @@
+"""The GeoPubSub gRPC service (asyncio) and ``create_server``, the one way to build it.
+
+A request is validated and converted (``coordinator.convert``), handed to the ``Engine`` (which
+routes it to the shards in micro-batched rounds) and answered when its round has been delivered
+(``coordinator.deliveries``); Redis (``coordinator.metadata``) keeps the subscriptions. Errors
+are raised as ``shard.errors`` and mapped to status codes by ``@grpc_errors`` only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from coordinator.convert import (
+    from_proto_location_update,
+    from_proto_message,
+    from_proto_subscription,
+    to_proto_subscription,
+)
+from coordinator.deliveries import Deliveries
+from coordinator.engine import Engine, ShardHandle
+from coordinator.metadata import Metadata
+from coordinator.settings import Settings
+from coordinator.status import grpc_errors
+from geopubsub.v1 import geopubsub_pb2 as pb
+from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
+from shard.errors import NotFoundError, ValidationError
+from shard.geometry import region_bbox
+from shard.model import Subscription
+from shard.partition_map import PartitionMap
+
+log = logging.getLogger(__name__)
+
+STREAM_WINDOW = 4096
+"""Requests of one PublishStream / LocationStream in flight before reading more (backpressure)."""
+PERSIST_EVERY_S = 1.0
+"""Moved subscriptions' regions are written to Redis in batches this often."""
+MAP_SAMPLE = 200_000
+"""Subscription centres sampled to build a partition map."""
+
+ShardFactory = Callable[[int], ShardHandle]
+
+
+class Coordinator:
+    """Everything the service needs: Redis metadata, the engine, the delivery stage."""
+
+    def __init__(self, settings: Settings, shard_factory: ShardFactory, *, clock=time.time) -> None:
+        self.settings = settings
+        self.shard_factory = shard_factory
+        self.clock = clock
+        self.md = Metadata(settings.redis_url, settings.namespace)
+        self.deliveries = Deliveries(
+            self.md,
+            retention_max=settings.retention_max,
+            retention_s=settings.retention_s,
+            stream_buffer=settings.stream_buffer,
+            clock=clock,
+        )
+        self.engine: Engine | None = None
+        self.started = clock()
+        self._dirty: set[str] = set()
+        self._reload_lock = asyncio.Lock()
+        self._persist_task: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        """Connect to Redis, load or build the partition map, rebuild every shard from the
+        subscriptions in Redis, then start routing."""
+        await self.md.ping()
+        shards = [self.shard_factory(k) for k in range(self.settings.shards)]
+        n = await self._load(shards)
+        log.info("loaded %d subscriptions into %d shards", n, len(shards))
+        self._persist_task = asyncio.get_running_loop().create_task(self._persist_loop())
+
+    async def _load(self, shards: list[ShardHandle]) -> int:
+        """Read the subscriptions, the ephemeral set and the partition map from Redis, bulk-load
+        every shard and start a fresh engine over ``shards``. Returns the subscriptions."""
+        s = self.settings
+        subs: list[Subscription] = []
+        async for batch in self.md.iter_subscriptions():
+            subs.extend(batch)
+        self.deliveries.ephemeral = await self.md.ephemeral_ids()
+        pm = await self.md.load_partition_map()
+        if pm is None or len(pm) != s.shards:
+            pm = PartitionMap.build(_centres(subs), s.shards)
+            await self.md.save_partition_map(pm)
+        self.engine = Engine(
+            shards,
+            pm,
+            on_round=self.deliveries.on_round,
+            batch_max=s.batch_max,
+            batch_delay_ms=s.batch_delay_ms,
+            queue_max=s.queue_max,
+            clock=self.clock,
+        )
+        per = self.engine.restore(subs)
+        now = self.clock()
+        await asyncio.gather(*(shards[k].load(per.get(k, []), now) for k in range(s.shards)))
+        self.engine.start()
+        return len(subs)
+
+    async def reload(self) -> int:
+        """Rebuild every shard from Redis (after a bulk load) with the same shard actors:
+        operations waiting answer UNAVAILABLE, live messages are dropped."""
+        async with self._reload_lock:
+            old = self.engine
+            await self._persist()
+            await old.stop()
+            n = await self._load(old.shards)
+            log.info("reloaded %d subscriptions", n)
+            return n
+
+    async def stop(self) -> None:
+        if self._persist_task is not None:
+            self._persist_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._persist_task
+        if self.engine is not None:
+            await self.engine.stop()
+            with contextlib.suppress(Exception):
+                await self._persist()
+        await self.md.close()
+
+    async def _persist_loop(self) -> None:
+        while True:
+            await asyncio.sleep(PERSIST_EVERY_S)
+            try:
+                await self._persist()
+            except Exception:  # Redis away for a moment: keep the dirty set, try again
+                log.warning("could not persist moved subscriptions", exc_info=True)
+
+    async def _persist(self) -> None:
+        if not self._dirty:
+            return
+        eng = self.engine
+        ids, self._dirty = self._dirty, set()
+        items = [(eng.subs[i], eng.placement[i]) for i in ids if i in eng.subs]
+        try:
+            await self.md.put_subscriptions(items)
+        except Exception:
+            self._dirty |= ids
+            raise
+
+    def moved(self, sub_id: str) -> None:
+        self._dirty.add(sub_id)
+
+
+def _centres(subs: Sequence[Subscription]) -> list[tuple[float, float]]:
+    step = max(1, len(subs) // MAP_SAMPLE)
+    out = []
+    for s in subs[::step]:
+        x0, y0, x1, y1 = region_bbox(s.region)
+        out.append(((x0 + x1) / 2, (y0 + y1) / 2))
+    return out
+
+
+async def _within(fut, context, limit: float):
+    """Await ``fut`` no longer than the call's deadline (or ``limit``)."""
+    remaining = context.time_remaining()
+    timeout = limit if remaining is None else min(limit, max(remaining, 0.0))
+    return await asyncio.wait_for(asyncio.shield(fut), timeout)
+
+
+class GeoPubSubService(pb_grpc.GeoPubSubServicer):
+    def __init__(self, app: Coordinator) -> None:
+        self.app = app
+
+    @property
+    def engine(self) -> Engine:
+        return self.app.engine
+
+    @grpc_errors
+    async def Subscribe(self, request, context):
+        if not request.HasField("subscription"):
+            raise ValidationError("subscription", None, "required")
+        sub = from_proto_subscription(request.subscription)
+        ephemeral = request.subscription.ephemeral
+        # Redis first (the source of truth): a call that times out while its round still
+        # applies it must not leave a subscription that a restart forgets
+        where = tuple(self.engine.pm.overlapping(region_bbox(sub.region)))
+        await self.app.md.put_subscriptions([(sub, where)])
+        await _within(self.engine.subscribe(sub), context, self.app.settings.deadline_s)
+        if ephemeral != (sub.id in self.app.deliveries.ephemeral):
+            await self.app.md.set_ephemeral(sub.id, ephemeral)
+            (
+                self.app.deliveries.ephemeral.add
+                if ephemeral
+                else self.app.deliveries.ephemeral.discard
+            )(sub.id)
+        return pb.SubscribeResponse(id=sub.id)
+
+    @grpc_errors
+    async def Unsubscribe(self, request, context):
+        sub_id = request.id
+        fut = self.engine.unsubscribe(sub_id)  # NotFoundError before anything changes
+        await self.app.md.delete_subscriptions([sub_id])
+        await _within(fut, context, self.app.settings.deadline_s)
+        self.app.deliveries.forget(sub_id)
+        self.app.deliveries.ephemeral.discard(sub_id)
+        return pb.UnsubscribeResponse()
+
+    @grpc_errors
+    async def GetSubscription(self, request, context):
+        sub = self.engine.subs.get(request.id)
+        if sub is None:
+            raise NotFoundError("subscription", request.id)
+        out = to_proto_subscription(sub)
+        out.ephemeral = request.id in self.app.deliveries.ephemeral
+        return out
+
+    def _submit_publish(self, msg_pb: pb.Message):
+        msg = from_proto_message(msg_pb, default_id=Engine.new_message_id())
+        out = pb.Message()
+        out.CopyFrom(msg_pb)
+        out.id = msg.id
+        out.time = self.app.clock()
+        return msg.id, self.engine.publish(msg, out.SerializeToString())
+
+    @grpc_errors
+    async def Publish(self, request, context):
+        if not request.HasField("message"):
+            raise ValidationError("message", None, "required")
+        mid, fut = self._submit_publish(request.message)
+        matched = await _within(fut, context, self.app.settings.deadline_s)
+        return pb.PublishResponse(id=mid, matched=matched)
+
+    @grpc_errors
+    async def PublishStream(self, request_iterator, context):
+        """One response per request, in order; a bad request ends the stream with
+        INVALID_ARGUMENT after the responses of every request before it."""
+
+        async def submit(req):
+            if not req.HasField("message"):
+                raise ValidationError("message", None, "required")
+            return self._submit_publish(req.message)
+
+        async for mid, fut in _pipelined(request_iterator, submit):
+            matched = await _within(fut, context, self.app.settings.deadline_s)
+            yield pb.PublishResponse(id=mid, matched=matched)
+
+    @grpc_errors
+    async def UpdateLocation(self, request, context):
+        sub_id, point = from_proto_location_update(request)
+        fut = self.engine.move(sub_id, point)
+        self.app.moved(sub_id)  # persisted by the next batch write even if the call times out
+        ups = await _within(fut, context, self.app.settings.deadline_s)
+        return pb.UpdateLocationResponse(updates=ups)
+
+    @grpc_errors
+    async def LocationStream(self, request_iterator, context):
+        async def submit(req):
+            sub_id, point = from_proto_location_update(req)
+            return sub_id, self.engine.move(sub_id, point)
+
+        async for sub_id, fut in _pipelined(request_iterator, submit):
+            self.app.moved(sub_id)
+            ups = await _within(fut, context, self.app.settings.deadline_s)
+            for d in ups:
+                yield d
+
+    @grpc_errors
+    async def StreamResults(self, request, context):
+        if request.id not in self.engine.subs:
+            raise NotFoundError("subscription", request.id)
+        async for d in self.app.deliveries.stream(request.id, request.after_sequence):
+            yield d
+
+    @grpc_errors
+    async def Reload(self, request, context):
+        return pb.ReloadResponse(subscriptions=await self.app.reload())
+
+    @grpc_errors
+    async def GetStats(self, request, context):
+        eng = self.engine
+        per = await asyncio.gather(*(s.stats() for s in eng.shards))
+        return pb.Stats(
+            subscriptions=len(eng.subs),
+            moving_subscriptions=sum(1 for s in eng.subs.values() if s.moving),
+            live_messages=len(eng.live),
+            published=eng.stats["published"],
+            deliveries=self.app.deliveries.delivered,
+            dropped_deliveries=self.app.deliveries.dropped,
+            shards=[
+                pb.ShardStats(
+                    shard=k, subscriptions=st["subscriptions"], live_messages=st["live_messages"]
+                )
+                for k, st in enumerate(per)
+            ],
+            uptime_s=self.app.clock() - self.app.started,
+        )
+
+
+async def _pipelined(request_iterator, submit):
+    """Submit requests as they arrive (up to ``STREAM_WINDOW`` unanswered) and yield each
+    submission in order; a request that fails to submit is raised after those before it."""
+    window: asyncio.Queue = asyncio.Queue(STREAM_WINDOW)
+
+    async def reader():
+        try:
+            async for req in request_iterator:
+                await window.put(("ok", await submit(req)))
+        except Exception as exc:
+            await window.put(("error", exc))
+            return
+        await window.put(("end", None))
+
+    task = asyncio.get_running_loop().create_task(reader())
+    try:
+        while True:
+            kind, item = await window.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise item
+            yield item
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def create_server(
+    settings: Settings, shard_factory: ShardFactory, *, clock=time.time
+) -> tuple[grpc.aio.Server, int, Coordinator]:
+    """Build, load and start the service on ``settings.host:settings.port`` (port 0: any free
+    port); health (SERVING once the shards are loaded) and reflection on. Returns (server, port,
+    coordinator); stop with ``await stop_server(server, coordinator)``."""
+    app = Coordinator(settings, shard_factory, clock=clock)
+    server = grpc.aio.server()
+    pb_grpc.add_GeoPubSubServicer_to_server(GeoPubSubService(app), server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    names = (
+        pb.DESCRIPTOR.services_by_name["GeoPubSub"].full_name,
+        health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+        reflection.SERVICE_NAME,
+    )
+    reflection.enable_server_reflection(names, server)
+    port = server.add_insecure_port(f"{settings.host}:{settings.port}")
+    if port == 0:
+        raise ValidationError("port", settings.port, f"cannot bind {settings.host}")
+    await health_servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+    await server.start()
+    await app.start()
+    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    await health_servicer.set(names[0], health_pb2.HealthCheckResponse.SERVING)
+    app.health = health_servicer
+    return server, port, app
+
+
+async def stop_server(server: grpc.aio.Server, app: Coordinator, grace: float = 2.0) -> None:
+    await app.health.enter_graceful_shutdown()
+    await server.stop(grace)
+    await app.stop()

@@ -1,0 +1,126 @@
+"""One frozen ``Settings`` for the cluster, built once at the entry point from (lowest to highest
+precedence) defaults, an optional TOML file, ``GEOPUBSUB_*`` environment variables and flags;
+validated there and passed down. Nothing below the entry point reads the environment.
+
+>>> s = Settings.load(env={"GEOPUBSUB_SHARDS": "3"}, flags={"port": 0})
+>>> s.shards, s.port
+(3, 0)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shard.errors import ValidationError
+
+ENV_PREFIX = "GEOPUBSUB_"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    shards: int = 2
+    """Shard actors (one per part of the spatial partition map)."""
+    host: str = "127.0.0.1"
+    port: int = 50051
+    """gRPC port; 0 picks a free one."""
+    redis_url: str = ""
+    """Empty: ``geopubsub up`` starts a private redis-server under ``data_dir``."""
+    ray_address: str = ""
+    """Empty: a local Ray (``ray.init()``); else the address of an existing Ray cluster."""
+    data_dir: str = ".geopubsub"
+    namespace: str = "gps"
+    """Prefix of every Redis key."""
+    batch_max: int = 512
+    """Most publishes / moves in one call to a shard."""
+    batch_delay_ms: float = 2.0
+    """Longest a publish waits for its micro-batch to fill."""
+    queue_max: int = 100_000
+    """Pending publishes per shard before Publish answers RESOURCE_EXHAUSTED."""
+    retention_max: int = 10_000
+    """Deliveries kept per subscription in the Redis retention log."""
+    retention_s: float = 3600.0
+    """...and for at most this many seconds."""
+    stream_buffer: int = 10_000
+    """Deliveries buffered per open result stream; past it the stream falls back to the log."""
+    shard_max_restarts: int = 3
+    """Ray restarts of a crashed shard actor; the coordinator then reloads it from Redis."""
+    deadline_s: float = 10.0
+    """Longest the coordinator waits for a shard or Redis before answering UNAVAILABLE."""
+
+    def __post_init__(self) -> None:
+        _check(self.shards >= 1 and self.shards <= 1024, "shards", self.shards, "1..1024")
+        _check(0 <= self.port <= 65535, "port", self.port, "0..65535")
+        _check(self.batch_max >= 1, "batch_max", self.batch_max, ">= 1")
+        _check(self.batch_delay_ms >= 0, "batch_delay_ms", self.batch_delay_ms, ">= 0")
+        _check(self.queue_max >= 1, "queue_max", self.queue_max, ">= 1")
+        _check(self.retention_max >= 1, "retention_max", self.retention_max, ">= 1")
+        _check(self.retention_s > 0, "retention_s", self.retention_s, "> 0")
+        _check(self.stream_buffer >= 1, "stream_buffer", self.stream_buffer, ">= 1")
+        _check(
+            self.shard_max_restarts >= -1, "shard_max_restarts", self.shard_max_restarts, ">= -1"
+        )
+        _check(self.deadline_s > 0, "deadline_s", self.deadline_s, "> 0")
+        _check(bool(self.namespace), "namespace", self.namespace, "non-empty")
+
+    @classmethod
+    def load(
+        cls,
+        *,
+        file: str | Path | None = None,
+        env: Mapping[str, str] | None = None,
+        flags: Mapping[str, Any] | None = None,
+    ) -> Settings:
+        """Defaults < TOML ``file`` < ``env`` (``GEOPUBSUB_<NAME>``) < ``flags`` (None = unset)."""
+        values: dict[str, Any] = {}
+        if file is not None:
+            path = Path(file)
+            try:
+                data = tomllib.loads(path.read_text(encoding="utf-8"))
+            except (OSError, tomllib.TOMLDecodeError) as exc:
+                raise ValidationError("config", str(path), str(exc)) from None
+            values.update(_known(data, f"{path}"))
+        for key, raw in (env or {}).items():
+            if key.startswith(ENV_PREFIX):
+                name = key[len(ENV_PREFIX) :].lower()
+                if name in _FIELDS:
+                    values[name] = _parse(name, raw, key)
+        values.update(_known({k: v for k, v in (flags or {}).items() if v is not None}, "flag"))
+        return cls(**values)
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
+
+
+def _known(data: Mapping[str, Any], where: str) -> dict[str, Any]:
+    out = {}
+    for k, v in data.items():
+        if k not in _FIELDS:
+            raise ValidationError(f"{where}: {k}", v, "unknown setting")
+        out[k] = _parse(k, v, f"{where}: {k}")
+    return out
+
+
+def _parse(name: str, raw: Any, where: str) -> Any:
+    kind = type(_FIELDS[name].default)
+    try:
+        if kind is bool or isinstance(raw, kind) and not isinstance(raw, bool):
+            return raw
+        if kind is int and isinstance(raw, str | int) and not isinstance(raw, bool):
+            return int(raw)
+        if kind is float and isinstance(raw, str | int | float) and not isinstance(raw, bool):
+            return float(raw)
+        if kind is str:
+            return str(raw)
+    except ValueError:
+        pass
+    raise ValidationError(where, raw, f"must be {kind.__name__}")
+
+
+def _check(ok: bool, name: str, value: Any, rule: str) -> None:
+    if not ok:
+        raise ValidationError(name, value, f"must be {rule}")

@@ -1,0 +1,545 @@
+"""The one-command local cluster behind ``geopubsub up`` / ``down`` / ``status``.
+
+``up`` starts a private redis-server (``deploy.redis_local``; unless ``settings.redis_url`` names a
+Redis), then the coordinator as a child process ``python -m coordinator`` with the resolved
+settings, and waits until the coordinator prints its listening line and its grpc.health.v1 check
+answers SERVING. The coordinator starts the shards on a local Ray itself (``ray.init``) or joins
+``settings.ray_address``. In the foreground the cluster runs until Ctrl-C (or SIGTERM), then the
+launcher stops the coordinator (SIGINT, which makes it stop serving and call ``ray.shutdown``),
+whatever is left of its local Ray, and Redis. With ``detach`` it returns once SERVING, leaving
+``<data_dir>/cluster.json`` for ``down`` and ``status``.
+
+Files under ``data_dir`` (default ``.geopubsub/``)::
+
+    cluster.json        pids (with start times), address, Redis URL of the running cluster
+    coordinator.toml    the settings handed to the coordinator (all of them, resolved)
+    coordinator.log     the coordinator's stdout and stderr (and Ray's driver output)
+    redis/              the private Redis: appendonlydir/ (its data), redis.log
+
+Every process the launcher starts runs in a session of its own, so that Ctrl-C in the terminal
+reaches only the launcher, which stops them in order (coordinator before Redis). The local Ray's
+processes (gcs_server, raylet, workers) belong to the coordinator's session: ``down`` stops any of
+them still alive after the coordinator exits (normally none: ``ray.shutdown`` stopped them, and
+Ray ties them to the coordinator's life), and never touches a Ray cluster joined by address.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+from urllib.parse import urlsplit
+
+import grpc
+import redis
+
+from coordinator.settings import ENV_PREFIX, Settings
+from deploy.processes import (
+    alive,
+    log_tail,
+    start_time,
+    stop_process,
+    stop_session,
+)
+from deploy.redis_local import RedisServer, stop_redis
+from geopubsub.client import GeoPubSubClient, describe_stats
+from shard.errors import GeoPubSubError, UnavailableError
+
+CLUSTER_FILE = "cluster.json"
+CONFIG_FILE = "coordinator.toml"
+COORDINATOR_LOG = "coordinator.log"
+READY_TIMEOUT_S = 180.0
+"""Longest ``up`` waits for SERVING: Ray's start plus the rebuild of every shard from Redis."""
+COORDINATOR_STOP_S = 30.0
+"""Grace after SIGINT for the coordinator to drain, snapshot and shut Ray down."""
+LISTENING = re.compile(r"geopubsub coordinator listening on (\S+):(\d+)\s*$", re.MULTILINE)
+"""The line the coordinator prints to stdout once it serves."""
+_WILDCARD_HOSTS = {"", "0.0.0.0", "::", "[::]"}
+_STOPPED = {0, -signal.SIGINT, -signal.SIGTERM}
+"""Coordinator exit codes of a requested stop."""
+
+
+class ClusterError(GeoPubSubError):
+    """The local cluster cannot be started or is in the way (already running)."""
+
+
+def coordinator_command() -> list[str]:
+    return [sys.executable, "-m", "coordinator"]
+
+
+def client_target(host: str, port: int) -> str:
+    """The address a client on this machine dials for a server bound to ``host``:``port``."""
+    host = "127.0.0.1" if host in _WILDCARD_HOSTS else host
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+
+# ---- cluster.json ----------------------------------------------------------------------------
+def manifest_path(data_dir: str | Path) -> Path:
+    return Path(data_dir) / CLUSTER_FILE
+
+
+def read_manifest(data_dir: str | Path) -> dict[str, Any] | None:
+    """The ``cluster.json`` of ``data_dir``, None when there is none."""
+    path = manifest_path(data_dir)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise ClusterError(f"{path}: unreadable ({exc}); remove it if no cluster runs") from None
+
+
+def _write_manifest(data_dir: Path, manifest: dict[str, Any]) -> None:
+    _write_private(manifest_path(data_dir), json.dumps(manifest, indent=2) + "\n")
+
+
+def manifest_target(data_dir: str | Path) -> str | None:
+    """The coordinator address recorded in ``<data_dir>/cluster.json``, if any."""
+    manifest = read_manifest(data_dir)
+    return manifest["coordinator"]["target"] if manifest else None
+
+
+def _running(manifest: dict[str, Any]) -> list[str]:
+    """The recorded processes still alive, as ``name pid``."""
+    out = []
+    for name in ("coordinator", "redis"):
+        proc = manifest.get(name) or {}
+        if proc.get("pid") and alive(proc["pid"], started=proc.get("started")):
+            out.append(f"{name} pid {proc['pid']}")
+    return out
+
+
+# ---- settings handed to the coordinator -------------------------------------------------------
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    return json.dumps(str(value))  # a JSON string is a valid TOML basic string
+
+
+def write_settings(settings: Settings, path: Path) -> None:
+    """Write every field of ``settings`` as TOML for ``--config`` (read back: ``Settings.load``)."""
+    lines = ["# Written by `geopubsub up`: the resolved settings of the running cluster."]
+    lines += [f"{k} = {_toml_value(v)}" for k, v in dataclasses.asdict(settings).items()]
+    _write_private(path, "\n".join(lines) + "\n")
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` readable by the owner only (a Redis URL may hold a password), atomically."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def _child_environment() -> dict[str, str]:
+    """The launcher's environment without ``GEOPUBSUB_<setting>`` variables: the settings file
+    and flags given to the coordinator are the resolved settings, and an inherited variable would
+    override the file."""
+    names = {f.name for f in dataclasses.fields(Settings)}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not (k.startswith(ENV_PREFIX) and k[len(ENV_PREFIX) :].lower() in names)
+    }
+    env["PYTHONUNBUFFERED"] = "1"  # the listening line must reach the log at once
+    return env
+
+
+# ---- the running cluster ----------------------------------------------------------------------
+@dataclasses.dataclass
+class LocalCluster:
+    """A cluster this process started: ``stop()`` it, or leave it running (detached)."""
+
+    settings: Settings
+    data_dir: Path
+    coordinator: subprocess.Popen
+    coordinator_started: int | None
+    host: str
+    port: int
+    redis_url: str
+    redis: RedisServer | None
+    """The private Redis, None when ``settings.redis_url`` was given."""
+
+    @property
+    def target(self) -> str:
+        return client_target(self.host, self.port)
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / COORDINATOR_LOG
+
+    def manifest(self, *, detached: bool) -> dict[str, Any]:
+        redis_info: dict[str, Any] = {"url": self.redis_url, "private": self.redis is not None}
+        if self.redis is not None:
+            redis_info |= {
+                "pid": self.redis.pid,
+                "started": self.redis.started,
+                "port": self.redis.port,
+                "log": str(self.redis.log_path),
+            }
+        return {
+            "version": 1,
+            "detached": detached,
+            "launcher_pid": os.getpid(),
+            "data_dir": str(self.data_dir),
+            "started_at": time.time(),
+            "coordinator": {
+                "pid": self.coordinator.pid,
+                "started": self.coordinator_started,
+                "host": self.host,
+                "port": self.port,
+                "target": self.target,
+                "log": str(self.log_path),
+            },
+            "redis": redis_info,
+            "ray_address": self.settings.ray_address,
+        }
+
+    def write_manifest(self, *, detached: bool) -> None:
+        _write_manifest(self.data_dir, self.manifest(detached=detached))
+
+    def stop(self) -> bool:
+        """Stop the coordinator (SIGINT, then SIGTERM, SIGKILL), what is left of its session (a
+        local Ray), then the private Redis; remove cluster.json. True if all ended without
+        SIGKILL."""
+        clean = stop_process(
+            self.coordinator.pid,
+            first=signal.SIGINT,
+            grace_s=COORDINATOR_STOP_S,
+            popen=self.coordinator,
+        )
+        clean &= not stop_session(self.coordinator.pid)
+        if self.redis is not None:
+            clean &= self.redis.stop()
+        manifest_path(self.data_dir).unlink(missing_ok=True)
+        return clean
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start(
+    settings: Settings,
+    *,
+    timeout_s: float = READY_TIMEOUT_S,
+    command: Sequence[str] | None = None,
+) -> LocalCluster:
+    """Start Redis (unless ``settings.redis_url``) and the coordinator; return once the coordinator
+    answers SERVING. Writes ``cluster.json`` as soon as the processes exist (``detached`` false),
+    so that ``down`` can clean up after a launcher that died. On failure, stops what it started
+    and raises ClusterError with the tail of the failing process's log.
+
+    ``command`` replaces ``python -m coordinator`` (tests run a stand-in); it gets the
+    coordinator's flags.
+    """
+    data_dir = Path(settings.data_dir).resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    previous = read_manifest(data_dir)
+    if previous is not None:
+        if running := _running(previous):
+            raise ClusterError(
+                f"a cluster is already running from {data_dir} ({', '.join(running)}, "
+                f"{previous['coordinator']['target']}); stop it with `geopubsub down`"
+            )
+        manifest_path(data_dir).unlink()  # left by a launcher that was killed
+
+    redis_server: RedisServer | None = None
+    coordinator: subprocess.Popen | None = None
+    try:
+        if settings.redis_url:
+            redis_url = settings.redis_url
+            _check_redis(redis_url)
+        else:
+            redis_server = RedisServer(data_dir).start()
+            redis_url = redis_server.url
+        resolved = dataclasses.replace(settings, data_dir=str(data_dir), redis_url=redis_url)
+        config = data_dir / CONFIG_FILE
+        write_settings(resolved, config)
+        argv = [*(command or coordinator_command()), "--config", str(config)]
+        argv += ["--shards", str(resolved.shards), "--host", resolved.host]
+        argv += ["--port", str(resolved.port), "--data-dir", str(data_dir)]
+        if urlsplit(redis_url).password is None:  # a password stays in the 0600 config file, off ps
+            argv += ["--redis-url", redis_url]
+        if resolved.ray_address:
+            argv += ["--ray-address", resolved.ray_address]
+        log_path = data_dir / COORDINATOR_LOG
+        with open(log_path, "ab") as log:
+            log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(argv)}\n".encode())
+            log.flush()
+            offset = log.tell()
+            with _sigint_not_ignored_in_children():
+                coordinator = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    env=_child_environment(),
+                    start_new_session=True,
+                )
+        cluster = LocalCluster(
+            resolved,
+            data_dir,
+            coordinator,
+            start_time(coordinator.pid),
+            resolved.host,
+            resolved.port,
+            redis_url,
+            redis_server,
+        )
+        cluster.write_manifest(detached=False)
+        cluster.port = _wait_serving(cluster, offset, timeout_s)
+        cluster.write_manifest(detached=False)
+        return cluster
+    except BaseException:
+        if coordinator is not None:
+            stop_process(coordinator.pid, first=signal.SIGINT, grace_s=10.0, popen=coordinator)
+            stop_session(coordinator.pid, settle_s=2.0)
+        if redis_server is not None:
+            redis_server.stop()
+        manifest_path(data_dir).unlink(missing_ok=True)
+        raise
+
+
+def _check_redis(url: str) -> None:
+    client = redis.Redis.from_url(url, socket_connect_timeout=5.0, socket_timeout=5.0)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        raise UnavailableError(f"Redis at {url} is not reachable: {exc}") from None
+    finally:
+        client.close()
+
+
+def _wait_serving(cluster: LocalCluster, offset: int, timeout_s: float) -> int:
+    """Wait for the listening line, then for SERVING; return the port the coordinator bound."""
+    deadline = time.monotonic() + timeout_s
+    port: int | None = None
+    while True:
+        code = cluster.coordinator.poll()
+        if code is not None:
+            raise ClusterError(
+                f"the coordinator exited with code {code} while starting; "
+                f"{cluster.log_path}:\n{log_tail(cluster.log_path, 30, start=offset)}"
+            )
+        if cluster.redis is not None and not alive(cluster.redis.pid, popen=cluster.redis.process):
+            raise ClusterError(
+                f"redis-server exited while the coordinator was starting; {cluster.redis.log_path}:"
+                f"\n{log_tail(cluster.redis.log_path, 20)}"
+            )
+        if port is None:
+            found = LISTENING.search(log_tail(cluster.log_path, 10_000, start=offset))
+            if found:
+                port = int(found[2])
+        if port is not None and _health(client_target(cluster.host, port)) == "SERVING":
+            return port
+        if time.monotonic() >= deadline:
+            why = "did not print its listening line" if port is None else "is not SERVING"
+            raise ClusterError(
+                f"the coordinator {why} within {timeout_s:g} s; "
+                f"{cluster.log_path}:\n{log_tail(cluster.log_path, 30, start=offset)}"
+            )
+        time.sleep(0.2)
+
+
+def _health(target: str, timeout_s: float = 1.0) -> str:
+    """The health status name of the server at ``target``, or the gRPC error code's name."""
+    with GeoPubSubClient(target) as client:
+        try:
+            return client.health(timeout_s=timeout_s)
+        except grpc.RpcError as exc:
+            return exc.code().name
+
+
+# ---- commands -------------------------------------------------------------------------------
+def up(
+    settings: Settings,
+    *,
+    detach: bool,
+    timeout_s: float = READY_TIMEOUT_S,
+    command: Sequence[str] | None = None,
+    out: TextIO | None = None,
+) -> int:
+    """``geopubsub up``: start the cluster; with ``detach`` return once SERVING, else run until
+    Ctrl-C / SIGTERM and stop everything started. Returns the exit code: 0, or 1 when the
+    coordinator or Redis died on its own."""
+    out = out or sys.stdout
+    with sigterm_as_interrupt():
+        cluster = start(settings, timeout_s=timeout_s, command=command)
+        redis_line = (
+            f"redis {cluster.redis_url} (pid {cluster.redis.pid}, data {cluster.redis.dir})"
+            if cluster.redis is not None
+            else f"redis {cluster.redis_url} (external)"
+        )
+        ray_line = f"ray {settings.ray_address}" if settings.ray_address else "ray local"
+        print(
+            f"geopubsub cluster SERVING at {cluster.target}: {settings.shards} shards, {ray_line}\n"
+            f"  coordinator pid {cluster.coordinator.pid}, log {cluster.log_path}\n  {redis_line}",
+            file=out,
+            flush=True,
+        )
+        if detach:
+            cluster.write_manifest(detached=True)
+            print("  stop it with: geopubsub down", file=out, flush=True)
+            return 0
+        print("  Ctrl-C stops it", file=out, flush=True)
+        try:
+            code = _watch(cluster, out)
+        except KeyboardInterrupt:
+            code = 0
+            print("\nstopping the cluster ...", file=out, flush=True)
+        finally:
+            cluster.stop()
+    print("geopubsub cluster stopped", file=out, flush=True)
+    return code
+
+
+def _watch(cluster: LocalCluster, out: TextIO) -> int:
+    """Sleep while the cluster runs; the exit code once the coordinator or Redis ended."""
+    while True:
+        code = cluster.coordinator.poll()
+        if code is not None:
+            if code in _STOPPED:  # stopped from outside (``geopubsub down``, a signal)
+                return 0
+            print(
+                f"the coordinator exited with code {code}; {cluster.log_path}:\n"
+                + log_tail(cluster.log_path, 30),
+                file=out,
+                flush=True,
+            )
+            return 1
+        if cluster.redis is not None and cluster.redis.process.poll() is not None:
+            print(
+                f"redis-server exited; {cluster.redis.log_path}:\n"
+                + log_tail(cluster.redis.log_path, 20),
+                file=out,
+                flush=True,
+            )
+            return 1
+        time.sleep(0.5)
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Within the block SIGTERM raises KeyboardInterrupt, so that ``kill`` stops the cluster as
+    Ctrl-C does (main thread only, where Python delivers signals)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _sigint_not_ignored_in_children() -> Iterator[None]:
+    """A child inherits an ignored SIGINT (a launcher started with ``&`` from a script has it
+    ignored), and the coordinator would then not stop on SIGINT. A handler, unlike SIG_IGN, is
+    reset to the default on exec: install a no-op one while spawning (main thread only)."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+    ):
+        yield
+        return
+    signal.signal(signal.SIGINT, lambda signum, frame: None)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def down(data_dir: str | Path, *, out: TextIO | None = None) -> int:
+    """``geopubsub down``: stop the cluster recorded in ``<data_dir>/cluster.json`` (detached or
+    a foreground one): the coordinator, what is left of its local Ray, the private Redis. A pid
+    reused by another process since (its start time differs) is never signalled."""
+    out = out or sys.stdout
+    manifest = read_manifest(data_dir)
+    if manifest is None:
+        print(f"no local cluster in {data_dir} (no {CLUSTER_FILE})", file=out)
+        return 0
+    coord = manifest["coordinator"]
+    if alive(coord["pid"], started=coord.get("started")):
+        print(f"stopping the coordinator (pid {coord['pid']}) ...", file=out, flush=True)
+        stop_process(
+            coord["pid"],
+            first=signal.SIGINT,
+            grace_s=COORDINATOR_STOP_S,
+            started=coord.get("started"),
+        )
+    # A pid alive with another start time was reused: its session is not the coordinator's (the
+    # kernel does not reuse a pid while processes of its session remain).
+    reused = alive(coord["pid"]) and not alive(coord["pid"], started=coord.get("started"))
+    if not reused and (left := stop_session(coord["pid"])):
+        print(f"stopped {len(left)} leftover process(es) of the coordinator: {left}", file=out)
+    red = manifest.get("redis") or {}
+    if red.get("private") and alive(red["pid"], started=red.get("started")):
+        print(f"stopping redis-server (pid {red['pid']}) ...", file=out, flush=True)
+        stop_redis(red["pid"], red["port"], started=red.get("started"))
+    manifest_path(data_dir).unlink(missing_ok=True)
+    print("geopubsub cluster stopped", file=out)
+    return 0
+
+
+def status(data_dir: str | Path, *, target: str | None = None, out: TextIO | None = None) -> int:
+    """``geopubsub status``: the local cluster's processes (from cluster.json), the coordinator's
+    health at ``target`` (default: the recorded address) and, when SERVING, its stats. Exit code 0
+    when SERVING, else 1."""
+    out = out or sys.stdout
+    manifest = read_manifest(data_dir)
+    if manifest is not None:
+        coord, red = manifest["coordinator"], manifest.get("redis") or {}
+        mode = (
+            "detached"
+            if manifest.get("detached")
+            else f"foreground, launcher pid {manifest.get('launcher_pid')}"
+        )
+        state = "running" if alive(coord["pid"], started=coord.get("started")) else "not running"
+        print(f"local cluster in {manifest['data_dir']} ({mode})", file=out)
+        print(
+            f"  coordinator pid {coord['pid']} {state}, {coord['target']}, log {coord['log']}",
+            file=out,
+        )
+        if red.get("private"):
+            state = "running" if alive(red["pid"], started=red.get("started")) else "not running"
+            print(f"  redis pid {red['pid']} {state}, {red['url']}", file=out)
+        else:
+            print(f"  redis {red.get('url')} (external)", file=out)
+        target = target or coord["target"]
+    elif target is None:
+        print(f"no local cluster in {data_dir} (start one with: geopubsub up)", file=out)
+        return 1
+    health = _health(target, timeout_s=2.0)
+    print(f"{target}: {health}", file=out)
+    if health != "SERVING":
+        return 1
+    with GeoPubSubClient(target, timeout_s=5.0) as client:
+        try:
+            stats = client.stats()
+        except grpc.RpcError as exc:
+            print(f"  GetStats failed: {exc.code().name}: {exc.details()}", file=out)
+            return 1
+    for line in describe_stats(stats):
+        print(f"  {line}", file=out)
+    return 0

@@ -1,0 +1,217 @@
+"""A private ``redis-server`` process for the local cluster (``geopubsub up`` without a Redis URL).
+
+It listens on 127.0.0.1 only, on a port of its own, and keeps its data under ``<data_dir>/redis/``
+with the append-only file on, so that the subscriptions the coordinator stored survive a restart of
+the cluster (RDB snapshots are off: the AOF is the persistence, and background saves would compete
+with the shards for this machine's two cores). ``SHUTDOWN`` flushes and fsyncs the AOF; a killed
+server loses at most the last second of writes (``appendfsync everysec``).
+
+::
+
+    with RedisServer(".geopubsub") as redis_server:  # PING answered
+        redis_server.url  # 'redis://127.0.0.1:<port>/0'
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from deploy.processes import alive, free_port, log_tail, start_time, stop_process, wait_gone
+from shard.errors import UnavailableError
+
+HOST = "127.0.0.1"
+STARTUP_TIMEOUT_S = 60.0
+"""Longest wait for the first PING answer; loading a large AOF (1M subscriptions and the delivery
+retention) takes seconds, during which Redis answers LOADING."""
+STOP_TIMEOUT_S = 30.0
+"""Longest wait for SHUTDOWN (AOF flush) before SIGTERM, then SIGKILL."""
+PORT_ATTEMPTS = 3
+"""Starts tried on fresh free ports when another process grabbed the chosen one first."""
+LOG_NAME = "redis.log"
+
+
+def find_redis_server() -> str:
+    """The path of the ``redis-server`` binary; UnavailableError when it is not installed."""
+    path = shutil.which("redis-server")
+    if path is None:
+        raise UnavailableError(
+            "redis-server not found on PATH: run `make setup` (it installs the Debian package "
+            "redis-server), or give --redis-url of a running Redis"
+        )
+    return path
+
+
+def redis_dir(data_dir: str | Path) -> Path:
+    """Where the private Redis keeps its AOF and log: ``<data_dir>/redis``."""
+    return Path(data_dir) / "redis"
+
+
+def _client(port: int, timeout_s: float) -> redis.Redis:
+    return redis.Redis(
+        host=HOST,
+        port=port,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=min(timeout_s, 2.0),
+        retry=Retry(NoBackoff(), 0),
+    )
+
+
+def ping(port: int, *, timeout_s: float = 1.0) -> bool:
+    """Whether a Redis on 127.0.0.1:``port`` answers PING (False while it is still loading)."""
+    client = _client(port, timeout_s)
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
+
+
+class RedisServer:
+    """A ``redis-server`` child process with its data in ``<data_dir>/redis/``.
+
+    ``start()`` returns once PING answers; ``stop()`` sends SHUTDOWN (flushing the AOF), then
+    SIGTERM, then SIGKILL. ``port=0`` picks a free port. ``extra_args`` are appended to the
+    command line (``["--maxmemory", "2gb"]``).
+    """
+
+    def __init__(
+        self,
+        data_dir: str | Path,
+        *,
+        port: int = 0,
+        binary: str | None = None,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        self.dir = redis_dir(data_dir).resolve()
+        self.log_path = self.dir / LOG_NAME
+        self.port = port
+        self.binary = binary
+        self.extra_args = tuple(extra_args)
+        self.process: subprocess.Popen | None = None
+        self.started: int | None = None
+        """The process's start time (``deploy.processes.start_time``), its identity with the pid."""
+
+    @property
+    def pid(self) -> int:
+        if self.process is None:
+            raise RuntimeError("redis-server is not started")
+        return self.process.pid
+
+    @property
+    def url(self) -> str:
+        return f"redis://{HOST}:{self.port}/0"
+
+    def command(self, binary: str, port: int) -> list[str]:
+        return [
+            binary,
+            "--port", str(port),
+            "--bind", HOST,
+            "--dir", str(self.dir),
+            "--appendonly", "yes",
+            "--save", "",
+            "--daemonize", "no",
+            "--logfile", str(self.log_path),
+            *self.extra_args,
+        ]  # fmt: skip
+
+    def start(self, *, timeout_s: float = STARTUP_TIMEOUT_S) -> RedisServer:
+        """Start the server and wait until it answers PING. Raises UnavailableError (with the tail
+        of the server's log) when it exits or does not answer within ``timeout_s``."""
+        if self.process is not None:
+            raise RuntimeError("redis-server already started")
+        binary = self.binary or find_redis_server()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for attempt in range(PORT_ATTEMPTS):
+            port = self.port or free_port(HOST)
+            offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+            # Messages printed before the log file is open (a bad option) go to the log as well.
+            with open(self.log_path, "ab") as log:
+                self.process = subprocess.Popen(
+                    self.command(binary, port),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,  # Ctrl-C reaches the launcher, which stops us in order
+                )
+            self.started = start_time(self.process.pid)
+            try:
+                self._wait_ready(port, timeout_s, offset)
+            except UnavailableError:
+                tail = log_tail(self.log_path, start=offset)
+                retry = not self.port and "Address already in use" in tail
+                if retry and attempt + 1 < PORT_ATTEMPTS:
+                    self.process = None
+                    continue
+                raise
+            self.port = port
+            return self
+        raise AssertionError("unreachable")
+
+    def _wait_ready(self, port: int, timeout_s: float, offset: int) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + timeout_s
+        while not ping(port, timeout_s=1.0):
+            code = self.process.poll()
+            if code is not None or time.monotonic() >= deadline:
+                if code is None:
+                    stop_process(self.process.pid, popen=self.process, grace_s=2.0)
+                why = (
+                    f"exited with code {code}"
+                    if code is not None
+                    else f"no PING answer in {timeout_s:g} s"
+                )
+                raise UnavailableError(
+                    f"redis-server on {HOST}:{port} {why}; log {self.log_path}:\n"
+                    + log_tail(self.log_path, start=offset)
+                )
+            time.sleep(0.05)
+
+    def stop(self, *, timeout_s: float = STOP_TIMEOUT_S) -> bool:
+        """Shut the server down (AOF flushed); True if it exited without SIGKILL."""
+        if self.process is None:
+            return True
+        clean = stop_redis(self.process.pid, self.port, timeout_s=timeout_s, popen=self.process)
+        self.process = None
+        return clean
+
+    def __enter__(self) -> RedisServer:
+        return self.start() if self.process is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def stop_redis(
+    pid: int,
+    port: int,
+    *,
+    timeout_s: float = STOP_TIMEOUT_S,
+    started: int | None = None,
+    popen: subprocess.Popen | None = None,
+) -> bool:
+    """Stop a private redis-server, also one another process started (``geopubsub down``):
+    SHUTDOWN, wait, then SIGTERM (also a clean shutdown for Redis) and SIGKILL. A pid that is gone
+    or was reused (its start time differs from ``started``) is left alone. True if it exited
+    without SIGKILL."""
+    if not alive(pid, started=started, popen=popen):
+        return True
+    if ping(port, timeout_s=2.0):
+        client = _client(port, timeout_s)
+        try:
+            client.shutdown()  # returns once the connection closes: the server is exiting
+        except redis.RedisError:
+            pass  # SHUTDOWN refused: the signals below take over
+        finally:
+            client.close()
+        if wait_gone(pid, timeout_s, started=started, popen=popen):
+            return True
+    return stop_process(pid, grace_s=timeout_s, started=started, popen=popen)

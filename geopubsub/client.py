@@ -1,0 +1,371 @@
+"""A Python client of the geopubsub gRPC API for applications: subscribe, publish, move, and follow a
+subscription's deliveries with automatic resume after a disconnect.
+
+Arguments are validated here, with the rules the server applies (``shard.model`` through
+``coordinator.convert``), so a bad argument raises ``ValidationError`` naming it before any call;
+failed calls raise ``grpc.RpcError`` with the server's status code and details. ::
+
+    with GeoPubSubClient("127.0.0.1:50051") as client:
+        client.subscribe("s1", expr="ipad AND (sale OR discount)", rect=(13.3, 52.4, 13.5, 52.6))
+        client.publish(["ipad", "sale"], point=(13.4, 52.5), ttl_s=60)  # PublishResult(id, matched=1)
+        for delivery in client.stream_results("s1"):  # until the caller breaks out
+            print(delivery)  # + s1 <id> ipad,sale @13.4,52.5
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from coordinator.convert import (
+    from_proto_delivery,
+    from_proto_subscription,
+    to_proto_message,
+    to_proto_point,
+    to_proto_subscription,
+)
+from geopubsub.v1 import geopubsub_pb2 as pb
+from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
+from shard.model import (
+    Message,
+    Subscription,
+    message_from_dict,
+    subscription_from_dict,
+    validate_id,
+    validate_point,
+)
+
+DEFAULT_TARGET = "127.0.0.1:50051"
+DEFAULT_TIMEOUT_S = 10.0
+"""Deadline of each unary call."""
+RESUME_CODES = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,  # server gone or restarting, connection lost
+        grpc.StatusCode.CANCELLED,  # server-side cancel at shutdown (our own cancel ends the loop)
+        grpc.StatusCode.ABORTED,
+        grpc.StatusCode.INTERNAL,  # RST_STREAM when the server process dies mid-stream
+    }
+)
+"""Status codes after which ``stream_results`` reconnects instead of raising."""
+RESUME_TIMEOUT_S = 60.0
+"""How long ``stream_results`` keeps reconnecting without receiving anything before it gives up."""
+RESUME_BACKOFF_S = (0.1, 5.0)
+"""First and longest pause between reconnection attempts (doubling in between)."""
+CONNECTED_S = 1.0
+"""A result stream that lasted this long before it broke counts as having been connected: the
+reconnection backoff and ``resume_timeout_s`` start afresh."""
+CHANNEL_OPTIONS = (
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 5000),
+)
+"""Reconnect quickly after a coordinator restart (gRPC's defaults back off to 120 s)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One update of a subscription's results, as received.
+
+    ``kind`` is ``"+"`` (ADD) or ``"-"`` (REMOVE); ``location`` is ``(lon, lat)`` for a point
+    message, ``(min_lon, min_lat, max_lon, max_lat)`` for a rectangle, None when the server did not
+    send it (a REMOVE guarantees only the message id). ``time``: when the update took effect.
+    """
+
+    subscription_id: str
+    sequence: int
+    kind: str
+    message_id: str
+    keywords: tuple[str, ...] = ()
+    text: str = ""
+    location: tuple[float, ...] | None = None
+    time: float = 0.0
+
+    @classmethod
+    def from_proto(cls, delivery: pb.Delivery) -> Delivery:
+        sid, sign, mid = from_proto_delivery(delivery)
+        msg = delivery.message
+        where = msg.WhichOneof("location")
+        location: tuple[float, ...] | None = None
+        if where == "point":
+            location = (msg.point.lon, msg.point.lat)
+        elif where == "rect":
+            r = msg.rect
+            location = (r.min_lon, r.min_lat, r.max_lon, r.max_lat)
+        return cls(
+            sid,
+            delivery.sequence,
+            sign,
+            mid,
+            tuple(msg.keywords),
+            msg.text,
+            location,
+            delivery.time,
+        )
+
+    def __str__(self) -> str:
+        """``+ sub msg keyword,keyword @lon,lat``, the line ``geopubsub subscribe --follow`` prints
+        (a message without keywords shows its text; what the server did not send is left out).
+
+        >>> str(Delivery("s1", 3, "+", "m7", ("ipad", "sale"), "", (13.4, 52.5), 0.0))
+        '+ s1 m7 ipad,sale @13.4,52.5'
+        >>> str(Delivery("s1", 4, "-", "m7"))
+        '- s1 m7'
+        """
+        parts = [self.kind, self.subscription_id, self.message_id]
+        if self.keywords or self.text:
+            parts.append(",".join(self.keywords) if self.keywords else repr(self.text))
+        if self.location is not None:
+            parts.append("@" + ",".join(f"{x:g}" for x in self.location))
+        return " ".join(parts)
+
+
+class PublishResult(NamedTuple):
+    """The message's id (server-assigned when it was published without one) and how many
+    subscriptions it matched."""
+
+    id: str
+    matched: int
+
+
+Coordinates = Sequence[float]
+
+
+class GeoPubSubClient:
+    """A synchronous client over one gRPC channel; use it as a context manager or ``close()`` it.
+    Thread-safe like the channel (one stream per thread)."""
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        channel: grpc.Channel | None = None,
+    ) -> None:
+        self.target = target
+        self.timeout_s = timeout_s
+        self._channel = channel or grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
+        self._stub = pb_grpc.GeoPubSubStub(self._channel)
+        self._health = health_pb2_grpc.HealthStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> GeoPubSubClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"GeoPubSubClient({self.target!r})"
+
+    # ---- subscriptions ----------------------------------------------------------------------
+    def subscribe(
+        self,
+        id: str,
+        keywords: Sequence[str] | None = None,
+        expr: str | None = None,
+        *,
+        rect: Coordinates | None = None,
+        circle: Coordinates | None = None,
+        moving: bool = False,
+    ) -> str:
+        """Create the subscription, or replace the one with this id; returns the id. Give one of
+        ``keywords`` (all must occur) and ``expr`` (``ipad AND (sale OR discount)``), and one of
+        ``rect`` ``(min_lon, min_lat, max_lon, max_lat)`` and ``circle`` ``(lon, lat, radius_m)``.
+        """
+        d: dict[str, Any] = {"id": id, "moving": moving}
+        for name, value in (("keywords", keywords), ("expr", expr)):
+            if value is not None:
+                d[name] = list(value) if name == "keywords" else value
+        for name, value in (("rect", rect), ("circle", circle)):
+            if value is not None:
+                d[name] = list(value)
+        sub = to_proto_subscription(subscription_from_dict(d))
+        return self._stub.Subscribe(
+            pb.SubscribeRequest(subscription=sub), timeout=self.timeout_s
+        ).id
+
+    def unsubscribe(self, id: str) -> None:
+        """Remove the subscription (NOT_FOUND if it does not exist)."""
+        self._stub.Unsubscribe(
+            pb.UnsubscribeRequest(id=validate_id("id", id)), timeout=self.timeout_s
+        )
+
+    def get_subscription(self, id: str) -> Subscription:
+        """The subscription as registered (``shard.model.Subscription``)."""
+        sub = self._stub.GetSubscription(
+            pb.GetSubscriptionRequest(id=validate_id("id", id)), timeout=self.timeout_s
+        )
+        return from_proto_subscription(sub)
+
+    # ---- publishing -------------------------------------------------------------------------
+    def publish(
+        self,
+        keywords: Sequence[str] = (),
+        *,
+        point: Coordinates | None = None,
+        rect: Coordinates | None = None,
+        text: str = "",
+        ttl_s: float = 0.0,
+        id: str = "",
+    ) -> PublishResult:
+        """Publish one message at ``point`` ``(lon, lat)`` or over ``rect``. ``ttl_s`` 0: delivered
+        to the subscriptions matching now and not stored; else live for ``ttl_s`` seconds. An empty
+        ``id`` lets the server assign one."""
+        d: dict[str, Any] = {"id": id, "keywords": list(keywords)}
+        if text:
+            d["text"] = text
+        for name, value in (("point", point), ("rect", rect)):
+            if value is not None:
+                d[name] = list(value)
+        if ttl_s:
+            d["ttl"] = ttl_s
+        response = self._stub.Publish(_publish_request(d), timeout=self.timeout_s)
+        return PublishResult(response.id, response.matched)
+
+    def publish_many(
+        self, messages: Iterable[Message | Mapping[str, Any]]
+    ) -> Iterator[PublishResult]:
+        """Publish over one PublishStream: one result per message, in order. A message is a
+        ``shard.model.Message`` or its workload form (``{"id", "keywords", "text", "point" |
+        "rect", "ttl"}``, as ``geopubsub gen`` writes; the id may be empty or absent). Messages are sent as
+        the iterator is consumed; an invalid one ends the stream after the results of those before
+        it, then raises its ``ValidationError``."""
+        rejected: list[Exception] = []
+
+        def requests() -> Iterator[pb.PublishRequest]:
+            for m in messages:
+                try:
+                    yield _publish_request(m)
+                except Exception as exc:  # raised to the caller below, not inside gRPC's thread
+                    rejected.append(exc)
+                    return
+
+        for response in self._stub.PublishStream(requests()):
+            yield PublishResult(response.id, response.matched)
+        if rejected:
+            raise rejected[0]
+
+    # ---- moving subscriptions ---------------------------------------------------------------
+    def update_location(self, id: str, lon: float, lat: float) -> list[Delivery]:
+        """Re-centre a moving subscription on (lon, lat); returns the REMOVE / ADD deliveries the
+        move caused (also part of the subscription's result stream)."""
+        response = self._stub.UpdateLocation(
+            _location_request(id, lon, lat), timeout=self.timeout_s
+        )
+        return [Delivery.from_proto(d) for d in response.updates]
+
+    def update_locations(self, moves: Iterable[tuple[str, float, float]]) -> Iterator[Delivery]:
+        """Send ``(id, lon, lat)`` moves over one LocationStream; yields the deliveries they cause
+        as they arrive (each also goes to its subscription's result stream)."""
+        rejected: list[Exception] = []
+
+        def requests() -> Iterator[pb.UpdateLocationRequest]:
+            for sid, lon, lat in moves:
+                try:
+                    yield _location_request(sid, lon, lat)
+                except Exception as exc:
+                    rejected.append(exc)
+                    return
+
+        for delivery in self._stub.LocationStream(requests()):
+            yield Delivery.from_proto(delivery)
+        if rejected:
+            raise rejected[0]
+
+    # ---- results ----------------------------------------------------------------------------
+    def stream_results(
+        self,
+        id: str,
+        after_sequence: int = 0,
+        *,
+        resume: bool = True,
+        resume_timeout_s: float = RESUME_TIMEOUT_S,
+    ) -> Iterator[Delivery]:
+        """The subscription's deliveries after ``after_sequence``, then new ones as they happen,
+        until the caller stops iterating (which cancels the call).
+
+        When the connection drops (a status in ``RESUME_CODES``, or the server ending the stream),
+        it reconnects with backoff and resumes after the last sequence it yielded, so the caller
+        sees no duplicate and, within the server's retention window, misses nothing. It gives up,
+        re-raising, after ``resume_timeout_s`` without receiving anything; ``resume=False`` raises
+        at once.
+        """
+        validate_id("id", id)
+        last = after_sequence
+        pause_s = RESUME_BACKOFF_S[0]
+        stalled_since: float | None = None
+        while True:
+            began = time.monotonic()
+            call = self._stub.StreamResults(pb.StreamResultsRequest(id=id, after_sequence=last))
+            error: grpc.RpcError | None = None
+            try:
+                for delivery in call:
+                    stalled_since, pause_s = None, RESUME_BACKOFF_S[0]
+                    if delivery.sequence <= last:
+                        continue  # already yielded before a reconnect
+                    last = delivery.sequence
+                    yield Delivery.from_proto(delivery)
+            except grpc.RpcError as exc:
+                if not resume or exc.code() not in RESUME_CODES:
+                    raise
+                error = exc
+            finally:
+                call.cancel()
+            if not resume:
+                return
+            now = time.monotonic()
+            if now - began >= CONNECTED_S:
+                stalled_since, pause_s = None, RESUME_BACKOFF_S[0]
+            stalled_since = stalled_since if stalled_since is not None else now
+            if now - stalled_since >= resume_timeout_s:
+                if error is not None:
+                    raise error
+                return
+            time.sleep(pause_s)
+            pause_s = min(2 * pause_s, RESUME_BACKOFF_S[1])
+
+    # ---- cluster ----------------------------------------------------------------------------
+    def stats(self) -> pb.Stats:
+        """Cluster figures (``geopubsub.v1.Stats``)."""
+        return self._stub.GetStats(pb.GetStatsRequest(), timeout=self.timeout_s)
+
+    def health(self, service: str = "", *, timeout_s: float | None = None) -> str:
+        """The grpc.health.v1 status name of ``service`` ("" is the whole server): ``SERVING``,
+        ``NOT_SERVING``, ``UNKNOWN`` or ``SERVICE_UNKNOWN``."""
+        response = self._health.Check(
+            health_pb2.HealthCheckRequest(service=service),
+            timeout=self.timeout_s if timeout_s is None else timeout_s,
+        )
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+
+
+def _publish_request(message: Message | Mapping[str, Any]) -> pb.PublishRequest:
+    if not isinstance(message, Message):
+        message = message_from_dict({"id": "", **message}, allow_empty_id=True)
+    return pb.PublishRequest(message=to_proto_message(message))
+
+
+def _location_request(id: str, lon: float, lat: float) -> pb.UpdateLocationRequest:
+    point = to_proto_point(validate_point("point", lon, lat))
+    return pb.UpdateLocationRequest(id=validate_id("id", id), point=point)
+
+
+def describe_stats(stats: pb.Stats) -> list[str]:
+    """Human-readable lines of a Stats (``geopubsub stats`` / ``status``)."""
+    lines = [
+        f"subscriptions {stats.subscriptions} ({stats.moving_subscriptions} moving), "
+        f"live messages {stats.live_messages}",
+        f"published {stats.published}, deliveries {stats.deliveries}, "
+        f"dropped deliveries {stats.dropped_deliveries}, uptime {stats.uptime_s:.1f} s",
+    ]
+    lines += [
+        f"shard {s.shard}: {s.subscriptions} subscriptions, {s.live_messages} live messages"
+        for s in stats.shards
+    ]
+    return lines

@@ -1,0 +1,281 @@
+"""The cluster commands of ``geopubsub``: ``up`` / ``down`` / ``status`` run the local cluster
+(``deploy.local``); ``subscribe``, ``unsubscribe``, ``publish``, ``move`` and ``stats`` talk to a
+coordinator through ``geopubsub.client``.
+
+The Settings are built here, once, from ``--config``, the ``GEOPUBSUB_*`` environment and the
+flags. Client commands dial ``--target``, else the address in ``<data_dir>/cluster.json``, else
+127.0.0.1:50051. Exit codes: 0 ok; 2 bad input (argparse, a ValidationError, INVALID_ARGUMENT,
+the field and value named); 1 anything else (not reachable, not found, not serving).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from coordinator.settings import Settings
+from shard.errors import GeoPubSubError, ValidationError
+
+SETTING_FLAGS = ("shards", "host", "port", "redis_url", "ray_address", "data_dir")
+"""Flags that are Settings fields (None when not given, so that file and environment apply)."""
+
+
+def common_parent() -> argparse.ArgumentParser:
+    """The flags every cluster command takes: ``--config``, ``--data-dir``."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--config", type=Path, help="TOML settings file (see coordinator/settings.py)"
+    )
+    common.add_argument("--data-dir", dest="data_dir", help="cluster files (default .geopubsub)")
+    return common
+
+
+def remote_parent() -> argparse.ArgumentParser:
+    """The flags of a command that talks to a coordinator: ``common_parent()`` + ``--target``
+    (resolved by ``client_target``)."""
+    remote = argparse.ArgumentParser(add_help=False, parents=[common_parent()])
+    remote.add_argument(
+        "--target",
+        help="coordinator HOST:PORT (default: from <data-dir>/cluster.json, else 127.0.0.1:50051)",
+    )
+    return remote
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    common = common_parent()
+    remote = remote_parent()
+
+    up = sub.add_parser(
+        "up", parents=[common], help="start the local cluster (Redis, Ray, coordinator)"
+    )
+    up.add_argument("--shards", type=int, help="shard actors (default 2)")
+    up.add_argument("--host", help="coordinator bind address (default 127.0.0.1)")
+    up.add_argument("--port", type=int, help="coordinator port (default 50051; 0: any free one)")
+    up.add_argument("--redis-url", dest="redis_url", help="use this Redis instead of a private one")
+    up.add_argument(
+        "--ray-address", dest="ray_address", help="join this Ray cluster instead of a local Ray"
+    )
+    up.add_argument(
+        "--detach", action="store_true", help="return once SERVING (stop: geopubsub down)"
+    )
+    up.add_argument(
+        "--timeout", type=float, default=None, help="seconds to wait for SERVING (default 180)"
+    )
+    up.set_defaults(func=run_up)
+
+    down = sub.add_parser("down", parents=[common], help="stop the local cluster")
+    down.set_defaults(func=run_down)
+
+    status = sub.add_parser("status", parents=[remote], help="is the cluster running and serving")
+    status.set_defaults(func=run_status)
+
+    s = sub.add_parser("subscribe", parents=[remote], help="create or replace a subscription")
+    s.add_argument("--id", required=True)
+    cond = s.add_mutually_exclusive_group(required=True)
+    cond.add_argument("--keywords", nargs="+", metavar="KEYWORD", help="all of these keywords")
+    cond.add_argument("--expr", help="a keyword expression: 'ipad AND (sale OR discount)'")
+    region = s.add_mutually_exclusive_group(required=True)
+    region.add_argument(
+        "--rect", nargs=4, type=float, metavar=("MIN_LON", "MIN_LAT", "MAX_LON", "MAX_LAT")
+    )
+    region.add_argument("--circle", nargs=3, type=float, metavar=("LON", "LAT", "RADIUS_M"))
+    s.add_argument("--moving", action="store_true", help="a moving subscription (geopubsub move)")
+    s.add_argument(
+        "--follow",
+        action="store_true",
+        help="then print its deliveries as they stream (Ctrl-C ends)",
+    )
+    s.set_defaults(func=run_subscribe)
+
+    u = sub.add_parser("unsubscribe", parents=[remote], help="remove a subscription")
+    u.add_argument("--id", required=True)
+    u.set_defaults(func=run_unsubscribe)
+
+    p = sub.add_parser("publish", parents=[remote], help="publish one message")
+    p.add_argument("--keywords", nargs="+", default=[], metavar="KEYWORD")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--point", nargs=2, type=float, metavar=("LON", "LAT"))
+    where.add_argument(
+        "--rect", nargs=4, type=float, metavar=("MIN_LON", "MIN_LAT", "MAX_LON", "MAX_LAT")
+    )
+    p.add_argument("--text", default="", help="free text; its words are terms too")
+    p.add_argument(
+        "--ttl", type=float, default=0.0, help="seconds the message stays live (0: one-shot)"
+    )
+    p.add_argument("--id", default="", help="message id (default: assigned by the server)")
+    p.set_defaults(func=run_publish)
+
+    m = sub.add_parser("move", parents=[remote], help="move a moving subscription")
+    m.add_argument("--id", required=True)
+    m.add_argument("--point", nargs=2, type=float, required=True, metavar=("LON", "LAT"))
+    m.set_defaults(func=run_move)
+
+    st = sub.add_parser("stats", parents=[remote], help="cluster figures")
+    st.add_argument("--json", action="store_true", help="print the Stats message as JSON")
+    st.set_defaults(func=run_stats)
+
+
+def load_settings(args: argparse.Namespace) -> Settings:
+    """The one Settings of this command: ``--config`` < environment < flags."""
+    flags = {name: getattr(args, name, None) for name in SETTING_FLAGS}
+    return Settings.load(file=args.config, env=os.environ, flags=flags)
+
+
+def _target(args: argparse.Namespace, settings: Settings) -> str:
+    from deploy.local import manifest_target
+    from geopubsub.client import DEFAULT_TARGET
+
+    return args.target or manifest_target(settings.data_dir) or DEFAULT_TARGET
+
+
+def client_target(args: argparse.Namespace) -> str:
+    """The coordinator a command of ``remote_parent()`` dials: ``--target``, else the address in
+    ``<data-dir>/cluster.json``, else 127.0.0.1:50051."""
+    return _target(args, load_settings(args))
+
+
+def _reports_errors(
+    run: Callable[[argparse.Namespace], int],
+) -> Callable[[argparse.Namespace], int]:
+    """Print a failure as ``geopubsub: error: ...`` and turn it into the exit code."""
+
+    @functools.wraps(run)
+    def wrapper(args: argparse.Namespace) -> int:
+        import grpc
+
+        try:
+            return run(args)
+        except ValidationError:
+            raise  # cli.main prints it and exits 2
+        except GeoPubSubError as exc:
+            _error(str(exc))
+            return 1
+        except grpc.RpcError as exc:
+            code = exc.code()
+            hint = ""
+            if code is grpc.StatusCode.UNAVAILABLE:
+                hint = f" (is a cluster running at {getattr(args, 'target_used', '?')}? start one with: geopubsub up)"
+            _error(f"{code.name}: {exc.details()}{hint}")
+            return 2 if code is grpc.StatusCode.INVALID_ARGUMENT else 1
+        except KeyboardInterrupt:
+            return 130
+
+    return wrapper
+
+
+def _error(text: str) -> None:
+    print(f"geopubsub: error: {text}", file=sys.stderr)
+
+
+def _client(args: argparse.Namespace):
+    from geopubsub.client import GeoPubSubClient
+
+    args.target_used = _target(args, load_settings(args))
+    return GeoPubSubClient(args.target_used)
+
+
+# ---- local cluster --------------------------------------------------------------------------
+@_reports_errors
+def run_up(args: argparse.Namespace) -> int:
+    from deploy import local
+
+    settings = load_settings(args)
+    timeout = local.READY_TIMEOUT_S if args.timeout is None else args.timeout
+    if not timeout > 0:
+        raise ValidationError("timeout", args.timeout, "must be > 0 seconds")
+    return local.up(settings, detach=args.detach, timeout_s=timeout)
+
+
+@_reports_errors
+def run_down(args: argparse.Namespace) -> int:
+    from deploy import local
+
+    return local.down(load_settings(args).data_dir)
+
+
+@_reports_errors
+def run_status(args: argparse.Namespace) -> int:
+    from deploy import local
+
+    return local.status(load_settings(args).data_dir, target=args.target)
+
+
+# ---- client commands ------------------------------------------------------------------------
+@_reports_errors
+def run_subscribe(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        sid = client.subscribe(
+            args.id,
+            keywords=args.keywords,
+            expr=args.expr,
+            rect=args.rect,
+            circle=args.circle,
+            moving=args.moving,
+        )
+        print(f"subscribed {sid}", flush=True)
+        if not args.follow:
+            return 0
+        try:
+            for delivery in client.stream_results(sid):
+                print(delivery, flush=True)
+        except KeyboardInterrupt:
+            return 0
+    return 0
+
+
+@_reports_errors
+def run_unsubscribe(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        client.unsubscribe(args.id)
+    print(f"unsubscribed {args.id}")
+    return 0
+
+
+@_reports_errors
+def run_publish(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        result = client.publish(
+            args.keywords,
+            point=args.point,
+            rect=args.rect,
+            text=args.text,
+            ttl_s=args.ttl,
+            id=args.id,
+        )
+    print(f"published {result.id}: {result.matched} matched")
+    return 0
+
+
+@_reports_errors
+def run_move(args: argparse.Namespace) -> int:
+    lon, lat = args.point
+    with _client(args) as client:
+        updates = client.update_location(args.id, lon, lat)
+    for delivery in updates:
+        print(delivery)
+    print(f"moved {args.id} to {lon:g},{lat:g}: {len(updates)} updates")
+    return 0
+
+
+@_reports_errors
+def run_stats(args: argparse.Namespace) -> int:
+    from google.protobuf import json_format
+
+    from geopubsub.client import describe_stats
+
+    with _client(args) as client:
+        stats = client.stats()
+    if args.json:
+        data: dict[str, Any] = json_format.MessageToDict(
+            stats, always_print_fields_with_no_presence=True, preserving_proto_field_name=True
+        )
+        print(json.dumps(data, indent=2))
+    else:
+        print("\n".join(describe_stats(stats)))
+    return 0

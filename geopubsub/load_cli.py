@@ -1,0 +1,130 @@
+"""``geopubsub load INPUT...``: the bulk loader (``loader.job``) on the command line.
+
+Where the subscriptions go: ``--redis-url URL`` (with ``--namespace`` and ``--shards``), or
+``--coordinator HOST:PORT`` of a cluster started by ``geopubsub up`` (its Redis, namespace and
+shard count are read from ``<data-dir>/coordinator.toml``); without either, the local cluster of
+``--data-dir``. After the load, a coordinator given (or found) is asked to rebuild its shards
+from Redis with the admin RPC ``Reload``; a coordinator without it serves the loaded
+subscriptions from its next start (``geopubsub down && geopubsub up``), as the command says.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from shard.errors import UnavailableError, ValidationError
+
+RELOAD_METHOD = "/geopubsub.v1.GeoPubSub/Reload"
+"""The proposed admin RPC ``rpc Reload(ReloadRequest) returns (ReloadResponse)``, both messages
+empty for now, so it is called without generated stubs."""
+RELOAD_TIMEOUT_S = 600.0
+"""A reload rebuilds every shard: ~1-2 min for 1M subscriptions here."""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from loader.job import add_arguments
+
+    p = sub.add_parser(
+        "load",
+        help="bulk-load subscriptions (JSON Lines, Parquet, CSV) into the cluster with Spark",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(p)
+    p.add_argument("--coordinator", metavar="HOST:PORT", help="the running cluster to load into")
+    p.add_argument("--redis-url", help="the cluster's Redis (instead of --coordinator)")
+    p.add_argument(
+        "--data-dir", default=".geopubsub", help="local cluster files (default .geopubsub)"
+    )
+    p.set_defaults(func=run_load)
+
+
+def resolve(args: argparse.Namespace) -> tuple[str, str, int | None, str | None]:
+    """(Redis URL, namespace, shards, coordinator target or None) from the flags and, for a
+    local cluster, its ``cluster.json`` and ``coordinator.toml``."""
+    from coordinator.settings import Settings
+    from deploy.local import CONFIG_FILE, read_manifest
+
+    manifest = read_manifest(args.data_dir)
+    local_target = manifest["coordinator"]["target"] if manifest else None
+    target = args.coordinator or (None if args.redis_url else local_target)
+    if args.redis_url:
+        return args.redis_url, args.namespace or "gps", args.shards, target
+    if target is None:
+        raise ValidationError(
+            "--redis-url",
+            None,
+            f"give --redis-url or --coordinator (no cluster in {args.data_dir})",
+        )
+    if target != local_target:
+        raise ValidationError(
+            "--coordinator",
+            target,
+            f"is not the local cluster of {args.data_dir}; give its Redis with --redis-url",
+        )
+    settings = Settings.load(file=Path(manifest["data_dir"]) / CONFIG_FILE)
+    if args.namespace and args.namespace != settings.namespace:
+        raise ValidationError(
+            "--namespace", args.namespace, f"the cluster uses {settings.namespace}"
+        )
+    if args.shards and args.shards != settings.shards:
+        raise ValidationError("--shards", args.shards, f"the cluster has {settings.shards}")
+    return manifest["redis"]["url"], settings.namespace, settings.shards, target
+
+
+def request_reload(target: str, timeout_s: float = RELOAD_TIMEOUT_S) -> bool:
+    """Ask the coordinator to rebuild its shards from Redis; False if it has no ``Reload``."""
+    import grpc
+
+    with grpc.insecure_channel(target) as channel:
+        call = channel.unary_unary(
+            RELOAD_METHOD,
+            request_serializer=lambda _: b"",
+            response_deserializer=lambda raw: raw,
+        )
+        try:
+            call(None, timeout=timeout_s)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                return False
+            raise UnavailableError(
+                f"Reload at {target}: {exc.code().name} {exc.details()}"
+            ) from None
+    return True
+
+
+def run_load(args: argparse.Namespace) -> int:
+    from pyspark.sql import SparkSession
+
+    from loader.job import run, spark_conf, spark_session
+
+    redis_url, namespace, shards, target = resolve(args)
+    ours = SparkSession.getActiveSession() is None  # else a caller's session: leave it running
+    spark = spark_session(args.master, spark_conf(args.conf))
+    try:
+        run(
+            spark,
+            args.inputs,
+            redis_url=redis_url,
+            namespace=namespace,
+            shards=shards,
+            fmt=args.format,
+            rejects=args.rejects,
+            progress=lambda line: print(line, flush=True),
+        )
+    finally:
+        if ours:
+            spark.stop()
+    if target is None:
+        print("the cluster serves them from its next start (geopubsub up)")
+    elif request_reload(target):
+        print(f"the coordinator at {target} reloaded its shards and serves them")
+    else:
+        print(
+            f"the coordinator at {target} has no Reload RPC: it serves them after a restart "
+            "(geopubsub down && geopubsub up)",
+            file=sys.stderr,
+        )
+    return 0

@@ -1,0 +1,202 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Point(_message.Message):
+    __slots__ = ("lon", "lat")
+    LON_FIELD_NUMBER: _ClassVar[int]
+    LAT_FIELD_NUMBER: _ClassVar[int]
+    lon: float
+    lat: float
+    def __init__(self, lon: _Optional[float] = ..., lat: _Optional[float] = ...) -> None: ...
+
+class Rect(_message.Message):
+    __slots__ = ("min_lon", "min_lat", "max_lon", "max_lat")
+    MIN_LON_FIELD_NUMBER: _ClassVar[int]
+    MIN_LAT_FIELD_NUMBER: _ClassVar[int]
+    MAX_LON_FIELD_NUMBER: _ClassVar[int]
+    MAX_LAT_FIELD_NUMBER: _ClassVar[int]
+    min_lon: float
+    min_lat: float
+    max_lon: float
+    max_lat: float
+    def __init__(self, min_lon: _Optional[float] = ..., min_lat: _Optional[float] = ..., max_lon: _Optional[float] = ..., max_lat: _Optional[float] = ...) -> None: ...
+
+class Circle(_message.Message):
+    __slots__ = ("lon", "lat", "radius_m")
+    LON_FIELD_NUMBER: _ClassVar[int]
+    LAT_FIELD_NUMBER: _ClassVar[int]
+    RADIUS_M_FIELD_NUMBER: _ClassVar[int]
+    lon: float
+    lat: float
+    radius_m: float
+    def __init__(self, lon: _Optional[float] = ..., lat: _Optional[float] = ..., radius_m: _Optional[float] = ...) -> None: ...
+
+class Subscription(_message.Message):
+    __slots__ = ("id", "keywords", "expr", "rect", "circle", "moving", "ephemeral")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    KEYWORDS_FIELD_NUMBER: _ClassVar[int]
+    EXPR_FIELD_NUMBER: _ClassVar[int]
+    RECT_FIELD_NUMBER: _ClassVar[int]
+    CIRCLE_FIELD_NUMBER: _ClassVar[int]
+    MOVING_FIELD_NUMBER: _ClassVar[int]
+    EPHEMERAL_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    keywords: _containers.RepeatedScalarFieldContainer[str]
+    expr: str
+    rect: Rect
+    circle: Circle
+    moving: bool
+    ephemeral: bool
+    def __init__(self, id: _Optional[str] = ..., keywords: _Optional[_Iterable[str]] = ..., expr: _Optional[str] = ..., rect: _Optional[_Union[Rect, _Mapping]] = ..., circle: _Optional[_Union[Circle, _Mapping]] = ..., moving: bool = ..., ephemeral: bool = ...) -> None: ...
+
+class Message(_message.Message):
+    __slots__ = ("id", "keywords", "text", "point", "rect", "ttl_s", "time")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    KEYWORDS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    POINT_FIELD_NUMBER: _ClassVar[int]
+    RECT_FIELD_NUMBER: _ClassVar[int]
+    TTL_S_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    keywords: _containers.RepeatedScalarFieldContainer[str]
+    text: str
+    point: Point
+    rect: Rect
+    ttl_s: float
+    time: float
+    def __init__(self, id: _Optional[str] = ..., keywords: _Optional[_Iterable[str]] = ..., text: _Optional[str] = ..., point: _Optional[_Union[Point, _Mapping]] = ..., rect: _Optional[_Union[Rect, _Mapping]] = ..., ttl_s: _Optional[float] = ..., time: _Optional[float] = ...) -> None: ...
+
+class Delivery(_message.Message):
+    __slots__ = ("subscription_id", "sequence", "kind", "message", "time")
+    class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        ADD: _ClassVar[Delivery.Kind]
+        REMOVE: _ClassVar[Delivery.Kind]
+    ADD: Delivery.Kind
+    REMOVE: Delivery.Kind
+    SUBSCRIPTION_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    subscription_id: str
+    sequence: int
+    kind: Delivery.Kind
+    message: Message
+    time: float
+    def __init__(self, subscription_id: _Optional[str] = ..., sequence: _Optional[int] = ..., kind: _Optional[_Union[Delivery.Kind, str]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., time: _Optional[float] = ...) -> None: ...
+
+class SubscribeRequest(_message.Message):
+    __slots__ = ("subscription",)
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    subscription: Subscription
+    def __init__(self, subscription: _Optional[_Union[Subscription, _Mapping]] = ...) -> None: ...
+
+class SubscribeResponse(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class UnsubscribeRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class UnsubscribeResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetSubscriptionRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class PublishRequest(_message.Message):
+    __slots__ = ("message",)
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    message: Message
+    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ...) -> None: ...
+
+class PublishResponse(_message.Message):
+    __slots__ = ("id", "matched")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    MATCHED_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    matched: int
+    def __init__(self, id: _Optional[str] = ..., matched: _Optional[int] = ...) -> None: ...
+
+class UpdateLocationRequest(_message.Message):
+    __slots__ = ("id", "point")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    POINT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    point: Point
+    def __init__(self, id: _Optional[str] = ..., point: _Optional[_Union[Point, _Mapping]] = ...) -> None: ...
+
+class UpdateLocationResponse(_message.Message):
+    __slots__ = ("updates",)
+    UPDATES_FIELD_NUMBER: _ClassVar[int]
+    updates: _containers.RepeatedCompositeFieldContainer[Delivery]
+    def __init__(self, updates: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ...) -> None: ...
+
+class StreamResultsRequest(_message.Message):
+    __slots__ = ("id", "after_sequence")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    after_sequence: int
+    def __init__(self, id: _Optional[str] = ..., after_sequence: _Optional[int] = ...) -> None: ...
+
+class GetStatsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ReloadRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ReloadResponse(_message.Message):
+    __slots__ = ("subscriptions",)
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    subscriptions: int
+    def __init__(self, subscriptions: _Optional[int] = ...) -> None: ...
+
+class ShardStats(_message.Message):
+    __slots__ = ("shard", "subscriptions", "live_messages")
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    LIVE_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    shard: int
+    subscriptions: int
+    live_messages: int
+    def __init__(self, shard: _Optional[int] = ..., subscriptions: _Optional[int] = ..., live_messages: _Optional[int] = ...) -> None: ...
+
+class Stats(_message.Message):
+    __slots__ = ("subscriptions", "moving_subscriptions", "live_messages", "published", "deliveries", "dropped_deliveries", "shards", "uptime_s")
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    MOVING_SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    LIVE_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    PUBLISHED_FIELD_NUMBER: _ClassVar[int]
+    DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
+    UPTIME_S_FIELD_NUMBER: _ClassVar[int]
+    subscriptions: int
+    moving_subscriptions: int
+    live_messages: int
+    published: int
+    deliveries: int
+    dropped_deliveries: int
+    shards: _containers.RepeatedCompositeFieldContainer[ShardStats]
+    uptime_s: float
+    def __init__(self, subscriptions: _Optional[int] = ..., moving_subscriptions: _Optional[int] = ..., live_messages: _Optional[int] = ..., published: _Optional[int] = ..., deliveries: _Optional[int] = ..., dropped_deliveries: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ShardStats, _Mapping]]] = ..., uptime_s: _Optional[float] = ...) -> None: ...

@@ -1,0 +1,182 @@
+"""The shard's Ray actor: a thin shell that delegates every call to a ``ShardState``.
+
+All logic lives in ``shard.state`` (Ray-free, tested directly); this module adds only what being
+a Ray actor needs: the remote class, its restart policy, and a guard against serving from a
+state that a restart emptied.
+
+Restart policy (``make_shard_actor``):
+
+* ``max_restarts=-1`` (``DEFAULT_MAX_RESTARTS``): a dead shard process is always brought back,
+  so the coordinator's handle stays valid. A restart re-runs the constructor: the shard comes
+  up **empty**, and marked so; every data call then raises ``UnavailableError`` until the
+  coordinator rebuilds it with ``load(subs, now)`` (subscriptions from Redis, bulk path) or
+  ``restore(snapshot)``. An empty shard answering publishes would silently deliver nothing.
+* ``max_task_retries=0`` (``DEFAULT_MAX_TASK_RETRIES``): a call in flight when the process dies
+  fails (``RayActorError``) instead of being re-run. A retry would run against the empty
+  restarted state, or apply a batch twice; the coordinator replays what it needs after the
+  rebuild, knowing which batches were answered.
+* ``max_concurrency=1``: calls run one at a time, in the order one caller submitted them, which
+  the ± update semantics need.
+
+``info()`` never raises: it reports the shard id, whether a rebuild is needed, and an
+``incarnation`` token that changes with every (re)start, so a coordinator can tell a restart.
+"""
+
+from __future__ import annotations
+
+import uuid
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import ray
+
+from shard.errors import UnavailableError, ValidationError
+from shard.model import Message, Point, Subscription, subscriptions_from_rows
+from shard.ops import apply_ops
+from shard.state import ShardState, Update
+
+DEFAULT_MAX_RESTARTS = -1
+"""Restart a dead shard without limit: its state is always rebuildable (Redis + snapshot)."""
+
+DEFAULT_MAX_TASK_RETRIES = 0
+"""Never re-run a call that was in flight at a crash (it would run on the emptied state)."""
+
+
+class ShardActor:
+    """The actor body (``RemoteShardActor`` is its Ray class). Every method takes a batch and
+    delegates to ``ShardState``; see there for semantics and complexity."""
+
+    def __init__(self, shard_id: int, options: dict[str, Any] | None = None) -> None:
+        self._shard_id = shard_id
+        self._options = dict(options or {})
+        self._state = ShardState(shard_id, **self._options)
+        self._incarnation = uuid.uuid4().hex
+        self._needs_rebuild = _was_reconstructed()
+
+    def _live(self) -> ShardState:
+        if self._needs_rebuild:
+            raise UnavailableError(
+                f"shard {self._shard_id} restarted empty and awaits load or restore"
+            )
+        return self._state
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+    def info(self) -> dict[str, Any]:
+        """Shard id, incarnation token, whether it awaits a rebuild, size and clock. Never raises."""
+        return {
+            "shard_id": self._shard_id,
+            "incarnation": self._incarnation,
+            "needs_rebuild": self._needs_rebuild,
+            "subscriptions": len(self._state),
+            "now": self._state.now,
+        }
+
+    def load(self, subs: Sequence[Subscription], now: float | None) -> int:
+        """Replace the whole state by a bulk build of ``subs`` at ``now`` (no live messages).
+        Idempotent. Returns the number of subscriptions."""
+        self._state = ShardState.build(self._shard_id, subs, now, **self._options)
+        self._needs_rebuild = False
+        return len(self._state)
+
+    def load_rows(self, rows: Sequence[tuple], now: float | None) -> int:
+        """``load`` of subscriptions sent as ``shard.model.subscriptions_to_rows`` (cheaper to
+        pickle than the objects: what the coordinator sends)."""
+        return self.load(subscriptions_from_rows(rows), now)
+
+    def restore(self, snapshot: bytes) -> int:
+        """Replace the whole state by the one ``snapshot`` describes (it must be this shard's).
+        Idempotent. Returns the number of subscriptions."""
+        state = ShardState.restore(snapshot)
+        if state.shard_id != self._shard_id:
+            raise ValidationError(
+                "snapshot.shard_id", state.shard_id, f"this actor is shard {self._shard_id}"
+            )
+        self._state = state
+        self._needs_rebuild = False
+        return len(state)
+
+    def snapshot(self) -> bytes:
+        return self._live().snapshot()
+
+    # ---- batches ------------------------------------------------------------------------------
+    def apply(self, ops: Sequence[tuple], now: float) -> tuple[list[Update], list[list[Update]]]:
+        """One coordinator round: advance to ``now``, then the operations in order
+        (``shard.ops.apply_ops``)."""
+        return apply_ops(self._live(), ops, now)
+
+    def subscribe_batch(self, subs: Sequence[Subscription], now: float) -> list[Update]:
+        return self._live().subscribe_batch(subs, now)
+
+    def unsubscribe_batch(self, ids: Sequence[str], now: float) -> list[Update]:
+        return self._live().unsubscribe_batch(ids, now)
+
+    def detach_batch(self, ids: Sequence[str], now: float) -> list[Update]:
+        return self._live().detach_batch(ids, now)
+
+    def publish_batch(self, messages: Sequence[Message], now: float) -> list[Update]:
+        return self._live().publish_batch(messages, now)
+
+    def move_batch(self, moves: Sequence[tuple[str, Point]], now: float) -> list[Update]:
+        return self._live().move_batch(moves, now)
+
+    def advance(self, now: float) -> list[Update]:
+        return self._live().advance(now)
+
+    def has(self, ids: Sequence[str]) -> list[bool]:
+        return self._live().has(ids)
+
+    def subscriptions(self, ids: Sequence[str]) -> list[Subscription | None]:
+        return self._live().subscriptions(ids)
+
+    def messages(self, ids: Sequence[str]) -> list[Message | None]:
+        return self._live().messages(ids)
+
+    def stats(self) -> dict[str, Any]:
+        return self._live().stats()
+
+
+RemoteShardActor = ray.remote(ShardActor)
+"""The Ray actor class; create shards with ``make_shard_actor``."""
+
+
+def make_shard_actor(
+    shard_id: int,
+    options: dict[str, Any] | None = None,
+    *,
+    max_restarts: int = DEFAULT_MAX_RESTARTS,
+    max_task_retries: int = DEFAULT_MAX_TASK_RETRIES,
+    name: str | None = None,
+    namespace: str | None = None,
+    num_cpus: float | None = None,
+) -> Any:
+    """Start shard ``shard_id`` as a Ray actor (``ray.init`` must have run) and return its handle.
+    ``options`` go to ``ShardState`` / ``APPlusTree``; ``name``/``namespace`` make it a named
+    actor; ``num_cpus`` reserves CPUs for it (Ray's default reserves none once it runs).
+
+    >>> # handle = make_shard_actor(0, {"theta_p": 64}); ray.get(handle.info.remote())
+    """
+    opts: dict[str, Any] = {
+        "max_restarts": max_restarts,
+        "max_task_retries": max_task_retries,
+        "max_concurrency": 1,
+    }
+    if name is not None:
+        opts["name"] = name
+    if namespace is not None:
+        opts["namespace"] = namespace
+    if num_cpus is not None:
+        opts["num_cpus"] = num_cpus
+    return RemoteShardActor.options(**opts).remote(shard_id, options)
+
+
+def _was_reconstructed() -> bool:
+    """True inside an actor process that Ray restarted; False on the first start and outside Ray."""
+    if not ray.is_initialized():
+        return False
+    ctx = ray.get_runtime_context()
+    if ctx.get_actor_id() is None:
+        return False
+    with warnings.catch_warnings():  # Ray's own property reads its deprecated ``actor_id``
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return bool(ctx.was_current_actor_reconstructed)

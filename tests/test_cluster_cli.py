@@ -1,0 +1,372 @@
+"""The cluster commands of ``geopubsub``: argument parsing, validation errors (exit 2, the field and
+value named), settings precedence, the client commands against a real gRPC server on 127.0.0.1
+(the stand-in coordinator), ``subscribe --follow``, and end to end with the real coordinator."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from fake_coordinator import serve
+
+from geopubsub import cluster_cli
+from geopubsub.cli import build_parser, main
+from geopubsub.client import GeoPubSubClient
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def run_parse(capsys, *argv: str) -> tuple[int, str]:
+    """An argparse failure: its exit code and message."""
+    with pytest.raises(SystemExit) as info:
+        main(list(argv))
+    return info.value.code, capsys.readouterr().err
+
+
+@pytest.fixture
+def server():
+    server, port, fake = serve()
+    yield fake, f"127.0.0.1:{port}"
+    server.stop(0).wait()
+
+
+# ---- parsing and validation ------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["subscribe", "--keywords", "a", "--rect", "0", "0", "1", "1"], "--id"),
+        (
+            ["subscribe", "--id", "s", "--rect", "0", "0", "1", "1"],
+            "one of the arguments --keywords --expr",
+        ),
+        (
+            [
+                "subscribe",
+                "--id",
+                "s",
+                "--keywords",
+                "a",
+                "--expr",
+                "a",
+                "--rect",
+                "0",
+                "0",
+                "1",
+                "1",
+            ],
+            "not allowed with",
+        ),
+        (["subscribe", "--id", "s", "--keywords", "a"], "one of the arguments --rect --circle"),
+        (
+            ["subscribe", "--id", "s", "--keywords", "a", "--rect", "0", "0", "1"],
+            "expected 4 arguments",
+        ),
+        (
+            ["subscribe", "--id", "s", "--keywords", "a", "--circle", "x", "0", "1"],
+            "--circle: invalid float value: 'x'",
+        ),
+        (["publish", "--keywords", "a"], "one of the arguments --point --rect"),
+        (
+            ["publish", "--keywords", "a", "--point", "1", "2", "--ttl", "soon"],
+            "--ttl: invalid float value: 'soon'",
+        ),
+        (["move", "--id", "s"], "--point"),
+        (["up", "--shards", "two"], "--shards: invalid int value: 'two'"),
+    ],
+)
+def test_argument_errors_exit_2_naming_the_argument(capsys, argv, message):
+    code, err = run_parse(capsys, *argv)
+    assert code == 2
+    assert message in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["subscribe", "--id", "s", "--keywords", "a", "--rect", "200", "0", "1", "1"],
+            "rect[0]=200.0: longitude must be in [-180, 180]",
+        ),
+        (
+            ["subscribe", "--id", "s", "--keywords", "a", "--rect", "2", "0", "1", "1"],
+            "rect[2]=1.0: max_lon < min_lon",
+        ),
+        (
+            ["subscribe", "--id", "s", "--keywords", "a", "--circle", "0", "0", "0"],
+            "circle[2]=0.0: radius must be in",
+        ),
+        (
+            ["subscribe", "--id", "s", "--keywords", "a", "--circle", "0", "nan", "5"],
+            "circle[1]=nan: must be finite",
+        ),
+        (
+            ["subscribe", "--id", "s", "--expr", "ipad AND", "--rect", "0", "0", "1", "1"],
+            "expr='ipad AND'",
+        ),
+        (
+            ["subscribe", "--id", "", "--keywords", "a", "--rect", "0", "0", "1", "1"],
+            "id='': must be 1-128 characters",
+        ),
+        (["publish", "--point", "1", "2"], "keywords=[]: a message needs at least one term"),
+        (
+            ["publish", "--keywords", "a", "--point", "1", "95"],
+            "point[1]=95.0: latitude must be in [-90, 90]",
+        ),
+        (
+            ["publish", "--keywords", "a", "--point", "1", "2", "--ttl", "-1"],
+            "ttl=-1.0: must be >= 0 seconds",
+        ),
+        (
+            ["move", "--id", "s", "--point", "181", "0"],
+            "point[0]=181.0: longitude must be in [-180, 180]",
+        ),
+        (["up", "--shards", "0"], "shards=0: must be 1..1024"),
+        (["up", "--port", "70000"], "port=70000: must be 0..65535"),
+        (["up", "--timeout", "0"], "timeout=0.0: must be > 0 seconds"),
+        (
+            ["status", "--config", "/nonexistent/geopubsub.toml"],
+            "config='/nonexistent/geopubsub.toml'",
+        ),
+    ],
+)
+def test_invalid_values_exit_2_naming_the_field_and_value(capsys, tmp_path, argv, message):
+    # No server runs at the target: validation happens before any call or process start.
+    code, out, err = run(capsys, *argv, "--data-dir", str(tmp_path), *(_dead_target(argv)))
+    assert code == 2, err
+    assert f"geopubsub: error: {message}" in err
+    assert list(tmp_path.iterdir()) == []  # nothing started
+
+
+def _dead_target(argv: list[str]) -> list[str]:
+    return ["--target", "127.0.0.1:1"] if argv[0] in ("subscribe", "publish", "move") else []
+
+
+def test_bad_environment_and_config_values_name_their_source(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("GEOPUBSUB_SHARDS", "many")
+    code, _, err = run(capsys, "up", "--data-dir", str(tmp_path))
+    assert code == 2
+    assert "GEOPUBSUB_SHARDS='many': must be int" in err
+    monkeypatch.delenv("GEOPUBSUB_SHARDS")
+    config = tmp_path / "c.toml"
+    config.write_text("shards = 2\nbatch_size = 3\n")
+    code, _, err = run(capsys, "up", "--config", str(config), "--data-dir", str(tmp_path))
+    assert code == 2
+    assert "batch_size=3: unknown setting" in err
+
+
+def test_settings_precedence_file_env_flags(tmp_path, monkeypatch):
+    config = tmp_path / "c.toml"
+    config.write_text('shards = 3\nport = 7000\nredis_url = "redis://file:1/0"\n')
+    monkeypatch.setenv("GEOPUBSUB_PORT", "7001")
+    parser = build_parser()
+    args = parser.parse_args(["up", "--config", str(config), "--shards", "5"])
+    settings = cluster_cli.load_settings(args)
+    assert (settings.shards, settings.port, settings.redis_url) == (5, 7001, "redis://file:1/0")
+    args = parser.parse_args(["up", "--config", str(config), "--port", "0", "--data-dir", "d"])
+    settings = cluster_cli.load_settings(args)
+    assert (settings.shards, settings.port, settings.data_dir) == (3, 0, "d")
+
+
+def test_target_comes_from_the_flag_then_cluster_json_then_the_default(tmp_path):
+    parser = build_parser()
+    args = parser.parse_args(["stats", "--data-dir", str(tmp_path)])
+    settings = cluster_cli.load_settings(args)
+    assert cluster_cli._target(args, settings) == "127.0.0.1:50051"
+    (tmp_path / "cluster.json").write_text(
+        json.dumps({"coordinator": {"target": "127.0.0.1:4242"}})
+    )
+    assert cluster_cli._target(args, settings) == "127.0.0.1:4242"
+    args = parser.parse_args(["stats", "--data-dir", str(tmp_path), "--target", "h:1"])
+    assert cluster_cli._target(args, settings) == "h:1"
+
+
+# ---- client commands against a real gRPC server -----------------------------------------------
+def test_subscribe_publish_move_stats_unsubscribe(capsys, server, tmp_path):
+    fake, target = server
+    common = ["--target", target, "--data-dir", str(tmp_path)]
+    code, out, _ = run(
+        capsys,
+        "subscribe",
+        "--id",
+        "s1",
+        "--expr",
+        "ipad AND sale",
+        "--circle",
+        "13.4",
+        "52.5",
+        "1000",
+        "--moving",
+        *common,
+    )
+    assert (code, out) == (0, "subscribed s1\n")
+    sub = fake.subs["s1"]
+    assert (sub.expr, sub.moving, sub.region.radius_m) == ("ipad AND sale", True, 1000.0)
+    code, out, _ = run(
+        capsys,
+        "publish",
+        "--keywords",
+        "ipad",
+        "--text",
+        "big sale",
+        "--point",
+        "13.4",
+        "52.5",
+        "--ttl",
+        "60",
+        "--id",
+        "m1",
+        *common,
+    )
+    assert (code, out) == (0, "published m1: 1 matched\n")
+    code, out, _ = run(
+        capsys, "publish", "--keywords", "ipad", "--rect", "0", "0", "1", "1", *common
+    )
+    assert (code, out) == (0, "published auto2: 0 matched\n")
+    code, out, _ = run(capsys, "move", "--id", "s1", "--point", "13.5", "52.6", *common)
+    assert (code, out) == (0, "- s1 left-13.5-52.6\nmoved s1 to 13.5,52.6: 1 updates\n")
+    code, out, _ = run(capsys, "stats", *common)
+    assert code == 0
+    assert out.splitlines()[0] == "subscriptions 1 (1 moving), live messages 0"
+    assert "published 2, deliveries 2" in out
+    code, out, _ = run(capsys, "stats", "--json", *common)
+    stats = json.loads(out)
+    assert (stats["subscriptions"], stats["published"], stats["shards"][0]["shard"]) == (
+        "1",
+        "2",
+        0,
+    )
+    code, out, _ = run(capsys, "unsubscribe", "--id", "s1", *common)
+    assert (code, out, fake.subs) == (0, "unsubscribed s1\n", {})
+    code, out, err = run(capsys, "unsubscribe", "--id", "s1", *common)
+    assert code == 1
+    assert "geopubsub: error: NOT_FOUND: subscription 's1' not found" in err
+
+
+def test_unreachable_coordinator_exits_1_with_a_hint(capsys, tmp_path):
+    code, _, err = run(capsys, "stats", "--target", "127.0.0.1:1", "--data-dir", str(tmp_path))
+    assert code == 1
+    assert "geopubsub: error: UNAVAILABLE" in err
+    assert "is a cluster running at 127.0.0.1:1?" in err
+
+
+def test_subscribe_follow_prints_deliveries_until_ctrl_c(server, tmp_path):
+    fake, target = server
+    follow = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "geopubsub.cli",
+            "subscribe",
+            "--target",
+            target,
+            "--data-dir",
+            str(tmp_path),
+            "--id",
+            "s1",
+            "--keywords",
+            "ipad",
+            "--rect",
+            "0",
+            "0",
+            "10",
+            "10",
+            "--follow",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert follow.stdout.readline() == "subscribed s1\n"
+        with GeoPubSubClient(target) as client:
+            client.publish(["ipad", "sale"], point=(1, 2), id="m1")
+            client.publish(["other"], point=(1, 2), id="m2")
+            client.publish(["ipad"], rect=(1, 1, 2, 2), id="m3")
+        assert follow.stdout.readline() == "+ s1 m1 ipad,sale @1,2\n"
+        assert follow.stdout.readline() == "+ s1 m3 ipad @1,1,2,2\n"
+        follow.send_signal(signal.SIGINT)
+        out, err = follow.communicate(timeout=20)
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+            follow.wait()
+    assert follow.returncode == 0, err
+    assert out == ""
+
+
+# ---- end to end with the real coordinator ----------------------------------------------------
+@pytest.mark.e2e
+def test_up_detached_status_down_with_the_real_coordinator(tmp_path):
+    from deploy import local
+    from deploy.processes import alive, session_members
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GEOPUBSUB_")}
+    cli = [sys.executable, "-m", "geopubsub.cli"]
+    where = ["--data-dir", str(tmp_path)]
+
+    def geopubsub(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [*cli, *argv, *where], capture_output=True, text=True, env=env, timeout=timeout
+        )
+
+    up = geopubsub("up", "--detach", "--port", "0", "--shards", "2", timeout=300)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        manifest = local.read_manifest(tmp_path)
+        target = manifest["coordinator"]["target"]
+        assert f"SERVING at {target}: 2 shards" in up.stdout
+        status = geopubsub("status")
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert f"{target}: SERVING" in status.stdout
+        assert "shard 1:" in status.stdout
+
+        subscribe = geopubsub(
+            "subscribe", "--id", "s1", "--keywords", "ipad", "--rect", "-10", "-10", "10", "10"
+        )
+        assert subscribe.returncode == 0, subscribe.stderr
+        publish = geopubsub(
+            "publish", "--keywords", "ipad", "sale", "--point", "1", "2", "--id", "m1"
+        )
+        assert (publish.returncode, publish.stdout) == (0, "published m1: 1 matched\n"), (
+            publish.stderr
+        )
+        # Rejected by the server (s1 is not moving): INVALID_ARGUMENT, exit 2.
+        move = geopubsub("move", "--id", "s1", "--point", "1", "1")
+        assert move.returncode == 2, move.stdout + move.stderr
+        assert "geopubsub: error: INVALID_ARGUMENT" in move.stderr
+        with GeoPubSubClient(target) as client:
+            stream = client.stream_results("s1")
+            first = next(stream)
+            stream.close()
+            assert (first.sequence, first.kind, first.message_id, first.location) == (
+                1,
+                "+",
+                "m1",
+                (1.0, 2.0),
+            )
+    finally:
+        down = geopubsub("down", timeout=120)
+    assert down.returncode == 0, down.stdout + down.stderr
+    coordinator, redis_info = manifest["coordinator"], manifest["redis"]
+    assert not alive(coordinator["pid"])
+    assert not alive(redis_info["pid"])
+    assert session_members(coordinator["pid"]) == []  # no Ray process left behind
+    assert not (tmp_path / "cluster.json").exists()
+    assert geopubsub("status").returncode == 1
+
+    # A restarted cluster still has the subscription (Redis data under the data dir).
+    up = geopubsub("up", "--detach", "--port", "0", timeout=300)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        with GeoPubSubClient(local.read_manifest(tmp_path)["coordinator"]["target"]) as client:
+            assert client.get_subscription("s1").keywords == ("ipad",)
+    finally:
+        assert geopubsub("down", timeout=120).returncode == 0

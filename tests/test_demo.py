@@ -1,0 +1,95 @@
+"""``geopubsub demo`` (``make run``) and ``geopubsub bench e2e`` end to end at a tiny scale: a real
+local cluster (redis-server, Ray, the coordinator) started and stopped by the command, real gRPC
+clients; the demo's followed streams must pass the oracle check, and nothing may be left running."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from deploy import local
+from deploy.processes import alive
+
+pytestmark = [pytest.mark.e2e]
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = [sys.executable, "-m", "geopubsub.cli", "demo", "--subs", "2000", "--msgs", "2000"]
+
+
+def _json(stdout: str) -> dict:
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def test_demo_streams_equal_the_oracle_and_everything_stops(tmp_path):
+    argv = [*DEMO, "--duration", "10", "--rate", "200", "--ttl", "3", "--streams", "30"]
+    argv += ["--work-dir", str(tmp_path), "--json"]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    r = _json(proc.stdout)
+    assert r["published"] == 2000 and r["registration"]["registered"] == 2000
+    assert r["drained"], "the streams did not fall quiet"
+    static, movers = r["check_static"], r["check_movers"]
+    assert r["followed_streams"] == 30 and r["tracked_movers"] == 8
+    assert static["violations"] == 0 and movers["violations"] == 0, r["violations"]
+    # not vacuous: deliveries were made both ways and checked
+    assert static["adds"] > 0 and static["adds"] == static["removes"]  # every + expired
+    assert movers["adds"] > 0 and movers["removes"] == movers["adds"]
+    assert movers["moves"] > 100 and movers["checked"] > movers["deliveries"]
+    assert r["latency"]["n"] == static["adds"]
+    # the cluster it started is gone
+    assert local.read_manifest(tmp_path / "cluster") is None
+    assert not alive(r["cluster"]["coordinator_pid"])
+    assert not alive(r["cluster"]["redis_pid"])
+
+
+def test_demo_interrupted_stops_the_cluster(tmp_path):
+    argv = [*DEMO, "--duration", "60", "--rate", "100", "--work-dir", str(tmp_path)]
+    proc = subprocess.Popen(
+        argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        manifest = None
+        deadline = time.monotonic() + 300
+        for line in proc.stderr:  # wait until the traffic runs
+            if line.startswith("traffic"):
+                manifest = local.read_manifest(tmp_path / "cluster")
+                break
+            assert time.monotonic() < deadline
+        assert manifest is not None, proc.stderr.read()
+        time.sleep(2.0)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    assert local.read_manifest(tmp_path / "cluster") is None
+    assert not alive(manifest["coordinator"]["pid"], started=manifest["coordinator"]["started"])
+    assert not alive(manifest["redis"]["pid"], started=manifest["redis"]["started"])
+
+
+def test_bench_e2e_reports_the_three_phases_and_equal_matches(tmp_path):
+    from geopubsub.gen import generate
+
+    generate(2000, 500, tmp_path, seed=3, moving_share=0.2, region_msg_share=0.1)
+    argv = [sys.executable, "-m", "geopubsub.cli", "bench", "e2e"]
+    argv += ["--subs", str(tmp_path / "subs.jsonl"), "--msgs", str(tmp_path / "msgs.jsonl")]
+    argv += ["--data-dir", str(tmp_path / "cluster"), "--duration", "2", "--rate", "300"]
+    argv += ["--latency-duration", "2", "--moves-duration", "2", "--live", "200", "--json"]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    r = _json(proc.stdout)
+    assert r["registration"]["registered"] == 2000
+    for phase in ("a", "b"):
+        assert r[phase]["published"] > 0
+        assert r[phase]["matched"] > 0 and r[phase]["matched_equal"], r[phase]
+    assert r["b"]["latency"]["n"] > 0 and r["b"]["latency"]["p50_ms"] > 0
+    assert r["c"]["moves"] > 0 and r["c"]["moves_per_s"] > 0 and r["c"]["live_messages"] >= 200
+    assert r["reference"]["pairs"] > 0
+    assert local.read_manifest(tmp_path / "cluster") is None

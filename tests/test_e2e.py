@@ -1,0 +1,371 @@
+"""The cluster end to end: a real ``redis-server``, real Ray shard actors, the coordinator's gRPC
+service on 127.0.0.1, real gRPC clients. Deliveries are compared with the brute-force oracle
+and with the in-process AP+-Tree."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import uuid
+
+import grpc
+import pytest
+
+from coordinator.convert import to_proto_message, to_proto_subscription
+from coordinator.server import create_server, stop_server
+from coordinator.settings import Settings
+from coordinator.shards import RayShard
+from deploy.redis_local import RedisServer
+from geopubsub.v1 import geopubsub_pb2 as pb
+from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
+from shard.applus import APPlusTree
+from shard.brute import subscription_matches
+from shard.model import Message, Point, Rect, Subscription
+from tests.workloads import random_message, random_subscription
+
+pytestmark = [pytest.mark.e2e, pytest.mark.ray]
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory):
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server.url
+    server.stop()
+
+
+def _settings(redis_url: str, namespace: str, **kw) -> Settings:
+    return Settings.load(
+        flags={"port": 0, "redis_url": redis_url, "namespace": namespace, "shards": 2, **kw}
+    )
+
+
+class Cluster:
+    """The coordinator with two shard actors, and a client channel to it."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    async def __aenter__(self):
+        from shard.actor import make_shard_actor
+
+        self.actors = []
+
+        def factory(k: int):
+            actor = make_shard_actor(k)
+            self.actors.append(actor)
+            return RayShard(k, actor)
+
+        self.server, self.port, self.app = await create_server(self.settings, factory)
+        self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{self.port}")
+        self.stub = pb_grpc.GeoPubSubStub(self.channel)
+        return self
+
+    async def __aexit__(self, *exc):
+        import ray
+
+        await self.channel.close()
+        await stop_server(self.server, self.app)
+        for a in self.actors:
+            ray.kill(a)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def _collect(stub, sub_id: str, after: int = 0, quiet_s: float = 0.5) -> list[pb.Delivery]:
+    """Read a result stream until nothing new arrives for ``quiet_s``."""
+    out: list[pb.Delivery] = []
+    call = stub.StreamResults(pb.StreamResultsRequest(id=sub_id, after_sequence=after))
+    try:
+        while True:
+            d = await asyncio.wait_for(call.read(), quiet_s)
+            if d is grpc.aio.EOF:
+                break
+            out.append(d)
+    except TimeoutError:
+        pass
+    finally:
+        call.cancel()
+    return out
+
+
+def test_publish_and_stream_equal_the_oracle(ray_session, redis_url):
+    rng = random.Random(11)
+    subs = [random_subscription(rng, f"s{i}") for i in range(120)]
+    msgs = [random_message(rng, f"m{i}") for i in range(150)]
+
+    async def main():
+        async with Cluster(_settings(redis_url, uuid.uuid4().hex)) as c:
+            for s in subs:
+                await c.stub.Subscribe(pb.SubscribeRequest(subscription=to_proto_subscription(s)))
+
+            async def requests():
+                for m in msgs:
+                    yield pb.PublishRequest(message=to_proto_message(m))
+
+            responses = [r async for r in c.stub.PublishStream(requests())]
+            assert [r.id for r in responses] == [m.id for m in msgs]
+            for r, m in zip(responses, msgs, strict=True):
+                want = sum(subscription_matches(s, m) for s in subs)
+                assert r.matched == want, m
+            streams = await asyncio.gather(*(_collect(c.stub, s.id) for s in subs))
+            for s, got in zip(subs, streams, strict=True):
+                want = {m.id for m in msgs if subscription_matches(s, m)}
+                assert [d.kind for d in got] == [pb.Delivery.ADD] * len(got)
+                assert {d.message.id for d in got} == want, s
+                assert [d.sequence for d in got] == list(range(1, len(got) + 1))
+
+    run(main())
+
+
+def test_moving_across_the_shard_boundary_equals_the_in_process_tree(ray_session, redis_url):
+    """Two shards split at longitude 0 (empty map sample); a subscriber walks back and forth
+    across it among point and region messages (some spanning both shards)."""
+    rng = random.Random(5)
+    words = ["a", "b", "c"]
+    msgs = []
+    for i in range(80):
+        kws = tuple(sorted(set(rng.choices(words, k=2))))
+        if i % 4 == 0:
+            x0 = rng.uniform(-3, 2)
+            loc = Rect(x0, rng.uniform(-2, 0), x0 + rng.uniform(0, 2), rng.uniform(0, 2))
+        else:
+            loc = Point(round(rng.uniform(-3, 3), 2), round(rng.uniform(-2, 2), 2))
+        msgs.append(Message(f"m{i}", kws, loc, ttl=3600.0, keywords=kws))
+    mover = Subscription("walker", (("a",), ("b", "c")), Rect(-3.5, -0.5, -2.5, 0.5), moving=True)
+    path = [
+        Point(x, rng.uniform(-1, 1))
+        for x in [-2.0, -1.0, -0.4, 0.0, 0.3, 1.2, 2.5, 0.2, -0.1, -2.8]
+    ]
+
+    async def main():
+        async with Cluster(_settings(redis_url, uuid.uuid4().hex)) as c:
+            ref = APPlusTree()
+            await c.stub.Subscribe(pb.SubscribeRequest(subscription=to_proto_subscription(mover)))
+            ref.subscribe(mover, 0.0)
+            for m in msgs:
+                await c.stub.Publish(pb.PublishRequest(message=to_proto_message(m)))
+            ref.publish_batch(msgs, 0.0)
+            for t, p in enumerate(path, start=1):
+                r = await c.stub.UpdateLocation(
+                    pb.UpdateLocationRequest(id="walker", point=pb.Point(lon=p.lon, lat=p.lat))
+                )
+                got = sorted(
+                    ("+" if d.kind == pb.Delivery.ADD else "-", d.message.id) for d in r.updates
+                )
+                want = sorted((g, m) for _, g, m in ref.move("walker", p, float(t)))
+                assert got == want, (t, p)
+            assert c.app.engine.placement["walker"] == (0,)
+
+    run(main())
+
+
+def test_resume_after_a_disconnect_loses_and_repeats_nothing(ray_session, redis_url):
+    sub = Subscription("r", (("x",),), Rect(-1, -1, 1, 1))
+
+    async def main():
+        async with Cluster(_settings(redis_url, uuid.uuid4().hex)) as c:
+            await c.stub.Subscribe(pb.SubscribeRequest(subscription=to_proto_subscription(sub)))
+            for i in range(30):
+                msg = Message(f"a{i}", ("x",), Point(0.5, 0.5))
+                await c.stub.Publish(pb.PublishRequest(message=to_proto_message(msg)))
+            call = c.stub.StreamResults(pb.StreamResultsRequest(id="r"))
+            first = [await call.read() for _ in range(12)]
+            call.cancel()  # the client goes away
+            for i in range(30, 50):
+                msg = Message(f"a{i}", ("x",), Point(0.5, 0.5))
+                await c.stub.Publish(pb.PublishRequest(message=to_proto_message(msg)))
+            rest = await _collect(c.stub, "r", after=first[-1].sequence)
+            seen = [d.message.id for d in first + rest]
+            assert seen == [f"a{i}" for i in range(50)]
+            assert [d.sequence for d in first + rest] == list(range(1, 51))
+
+    run(main())
+
+
+def test_restart_keeps_subscriptions_and_sequences(ray_session, redis_url):
+    ns = uuid.uuid4().hex
+    rng = random.Random(3)
+    subs = [random_subscription(rng, f"k{i}") for i in range(40)]
+    probe = Message("p", ("t1", "t2", "t3"), Point(0.5, 0.5))
+
+    async def main():
+        async with Cluster(_settings(redis_url, ns)) as c:
+            for s in subs:
+                await c.stub.Subscribe(pb.SubscribeRequest(subscription=to_proto_subscription(s)))
+            await c.stub.Publish(pb.PublishRequest(message=to_proto_message(probe)))
+        async with Cluster(_settings(redis_url, ns)) as c:
+            for s in subs:
+                got = await c.stub.GetSubscription(pb.GetSubscriptionRequest(id=s.id))
+                assert got == to_proto_subscription(s)
+            r = await c.stub.Publish(
+                pb.PublishRequest(
+                    message=to_proto_message(Message("p2", probe.terms, probe.location))
+                )
+            )
+            matching = [s for s in subs if subscription_matches(s, probe)]
+            assert r.matched == len(matching)
+            for s in matching:  # sequences continue after the restart
+                got = await _collect(c.stub, s.id)
+                assert [(d.sequence, d.message.id) for d in got] == [(1, "p"), (2, "p2")]
+
+    run(main())
+
+
+def test_invalid_requests_name_the_field_and_health_says_serving(ray_session, redis_url):
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    async def main():
+        async with Cluster(_settings(redis_url, uuid.uuid4().hex)) as c:
+            health = health_pb2_grpc.HealthStub(c.channel)
+            h = await health.Check(health_pb2.HealthCheckRequest(service=""))
+            assert h.status == health_pb2.HealthCheckResponse.SERVING
+            bad = pb.Subscription(
+                id="b", keywords=["x"], rect=pb.Rect(min_lon=0, min_lat=95, max_lon=1, max_lat=96)
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await c.stub.Subscribe(pb.SubscribeRequest(subscription=bad))
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "subscription.rect.min_lat=95.0" in e.value.details()
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await c.stub.UpdateLocation(
+                    pb.UpdateLocationRequest(id="nobody", point=pb.Point(lon=0, lat=0))
+                )
+            assert e.value.code() == grpc.StatusCode.NOT_FOUND
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await c.stub.Publish(
+                    pb.PublishRequest(message=pb.Message(keywords=["x"], point=pb.Point(lon=181)))
+                )
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "message.point.lon=181.0" in e.value.details()
+            # nothing accepted before was lost
+            stats = await c.stub.GetStats(pb.GetStatsRequest())
+            assert stats.subscriptions == 0
+
+    run(main())
+
+
+def test_moving_deliveries_reach_the_stream_in_order(ray_session, redis_url):
+    sub = Subscription("w", (("x",),), Rect(-1, -1, 1, 1), moving=True)
+
+    async def main():
+        async with Cluster(_settings(redis_url, uuid.uuid4().hex)) as c:
+            await c.stub.Subscribe(pb.SubscribeRequest(subscription=to_proto_subscription(sub)))
+            for i, x in enumerate([-5, 0, 5]):
+                m = Message(f"q{i}", ("x",), Point(x, 0), ttl=3600.0)
+                await c.stub.Publish(pb.PublishRequest(message=to_proto_message(m)))
+
+            async def moves():
+                for x in [-5, 5, 0]:
+                    yield pb.UpdateLocationRequest(id="w", point=pb.Point(lon=x, lat=0))
+
+            got = [(d.kind, d.message.id) async for d in c.stub.LocationStream(moves())]
+            add, rem = pb.Delivery.ADD, pb.Delivery.REMOVE
+            assert got == [
+                (rem, "q1"),
+                (add, "q0"),
+                (rem, "q0"),
+                (add, "q2"),
+                (rem, "q2"),
+                (add, "q1"),
+            ]
+            stream = await _collect(c.stub, "w")
+            assert [(d.kind, d.message.id) for d in stream] == [(add, "q1"), *got]
+            assert list(itertools.accumulate(1 for _ in stream)) == [d.sequence for d in stream]
+
+    run(main())
+
+
+def test_a_crashed_shard_is_reloaded_from_the_subscriptions(ray_session, redis_url):
+    import ray
+
+    rng = random.Random(8)
+    subs = [random_subscription(rng, f"c{i}") for i in range(60)]
+    probes = [random_message(rng, f"p{i}") for i in range(20)]
+
+    async def main():
+        async with Cluster(_settings(redis_url, uuid.uuid4().hex)) as c:
+            for s in subs:
+                await c.stub.Subscribe(pb.SubscribeRequest(subscription=to_proto_subscription(s)))
+            ray.kill(c.actors[0], no_restart=False)  # the process dies; Ray restarts it empty
+            failures = 0
+            for m in probes:
+                while True:
+                    try:
+                        r = await c.stub.Publish(pb.PublishRequest(message=to_proto_message(m)))
+                        break
+                    except grpc.aio.AioRpcError as e:
+                        assert e.code() == grpc.StatusCode.UNAVAILABLE, e
+                        failures += 1
+                        assert failures < 20
+                        await asyncio.sleep(0.2)
+                assert r.matched == sum(subscription_matches(s, m) for s in subs), m
+            assert c.app.engine.stats["shard_failures"] >= 1
+
+    run(main())
+
+
+def test_the_retention_log_keeps_about_retention_max_deliveries(ray_session, redis_url):
+    sub = Subscription("keep", (("x",),), Rect(-1, -1, 1, 1))
+
+    async def main():
+        async with Cluster(_settings(redis_url, uuid.uuid4().hex, retention_max=10)) as c:
+            await c.stub.Subscribe(pb.SubscribeRequest(subscription=to_proto_subscription(sub)))
+            for i in range(300):
+                m = Message(f"k{i}", ("x",), Point(0, 0))
+                await c.stub.Publish(pb.PublishRequest(message=to_proto_message(m)))
+            got = await _collect(c.stub, "keep")
+            seqs = [d.sequence for d in got]
+            assert seqs[-1] == 300 and seqs == sorted(set(seqs))
+            assert 10 <= len(got) < 300  # trimmed (Redis trims streams approximately)
+
+    run(main())
+
+
+def test_an_ephemeral_subscription_streams_live_but_keeps_no_log(ray_session, redis_url):
+    async def main():
+        async with Cluster(_settings(redis_url, uuid.uuid4().hex)) as c:
+            sub = to_proto_subscription(Subscription("e", (("x",),), Rect(-1, -1, 1, 1)))
+            sub.ephemeral = True
+            await c.stub.Subscribe(pb.SubscribeRequest(subscription=sub))
+            got = await c.stub.GetSubscription(pb.GetSubscriptionRequest(id="e"))
+            assert got.ephemeral
+            m = Message("before", ("x",), Point(0, 0))
+            r = await c.stub.Publish(pb.PublishRequest(message=to_proto_message(m)))
+            assert r.matched == 1
+            assert await _collect(c.stub, "e") == []  # nothing was logged
+            call = c.stub.StreamResults(pb.StreamResultsRequest(id="e"))
+            await asyncio.sleep(0.3)  # the stream is open before the next publish
+            m = Message("live", ("x",), Point(0, 0))
+            await c.stub.Publish(pb.PublishRequest(message=to_proto_message(m)))
+            d = await asyncio.wait_for(call.read(), 5)
+            call.cancel()
+            assert (d.sequence, d.message.id) == (2, "live")
+
+    run(main())
+
+
+def test_reload_serves_subscriptions_written_to_redis_behind_its_back(ray_session, redis_url):
+    """What ``geopubsub load --coordinator`` does: subscriptions land in Redis, Reload rebuilds."""
+    from coordinator.metadata import Metadata
+    from geopubsub.load_cli import request_reload
+
+    rng = random.Random(21)
+    subs = [random_subscription(rng, f"L{i}") for i in range(50)]
+    probe = random_message(rng, "probe")
+    ns = uuid.uuid4().hex
+
+    async def main():
+        async with Cluster(_settings(redis_url, ns)) as c:
+            md = Metadata(redis_url, ns)
+            await md.put_subscriptions([(s, (0,)) for s in subs])  # placement is recomputed
+            await md.close()
+            assert await asyncio.to_thread(request_reload, f"127.0.0.1:{c.port}")
+            r = await c.stub.Publish(pb.PublishRequest(message=to_proto_message(probe)))
+            assert r.matched == sum(subscription_matches(s, probe) for s in subs)
+            stats = await c.stub.GetStats(pb.GetStatsRequest())
+            assert stats.subscriptions == len(subs)
+
+    run(main())

@@ -1,0 +1,101 @@
+"""The private redis-server of the local cluster, with the real binary (``make setup`` installs it;
+without it these tests fail rather than skip)."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+
+import pytest
+import redis
+
+from deploy import redis_local
+from deploy.processes import alive
+from deploy.redis_local import RedisServer, ping, stop_redis
+from shard.errors import UnavailableError
+
+
+def test_redis_server_is_installed():
+    assert shutil.which("redis-server"), "redis-server missing: run `make setup`"
+    assert redis_local.find_redis_server() == shutil.which("redis-server")
+
+
+def test_start_answers_ping_with_the_configuration_and_stop_ends_it(tmp_path):
+    server = RedisServer(tmp_path).start()
+    try:
+        client = redis.Redis.from_url(server.url)
+        assert client.ping()
+        config = client.config_get("*")
+        client.close()
+        assert config["appendonly"] == "yes"
+        assert config["bind"] == "127.0.0.1"
+        assert config["save"] == ""
+        assert config["dir"] == str((tmp_path / "redis").resolve())
+        assert int(config["port"]) == server.port != 0
+        assert server.url == f"redis://127.0.0.1:{server.port}/0"
+        assert "Ready to accept connections" in server.log_path.read_text()
+        pid, port, process = server.pid, server.port, server.process
+    finally:
+        clean = server.stop()
+    assert clean
+    assert process.poll() is not None
+    assert not alive(pid)
+    assert not ping(port)
+    assert "User requested shutdown" in (tmp_path / "redis" / "redis.log").read_text()
+
+
+def test_data_survives_a_restart(tmp_path):
+    with RedisServer(tmp_path) as first:
+        client = redis.Redis.from_url(first.url)
+        client.hset("gps:sub:s1", mapping={"expr": "ipad AND sale", "shard": "1"})
+        client.xadd("gps:log:s1", {"seq": "1"})
+        client.close()
+    assert (tmp_path / "redis" / "appendonlydir").is_dir()
+    with RedisServer(tmp_path) as second:
+        client = redis.Redis.from_url(second.url, decode_responses=True)
+        assert client.hgetall("gps:sub:s1") == {"expr": "ipad AND sale", "shard": "1"}
+        assert client.xlen("gps:log:s1") == 1
+        client.close()
+
+
+def test_stop_redis_by_pid_as_down_does(tmp_path):
+    server = RedisServer(tmp_path).start()
+    pid, port, started = server.pid, server.port, server.started
+    assert started is not None
+    try:
+        assert stop_redis(pid, port, started=started)  # no Popen: another process started it
+        assert not ping(port)
+        assert not alive(pid)
+    finally:
+        server.process.wait(timeout=5)  # already reaped by stop_redis's waitpid
+
+
+def test_a_reused_pid_is_not_signalled(tmp_path):
+    with RedisServer(tmp_path) as server:
+        assert stop_redis(server.pid, server.port, started=server.started + 1)
+        assert ping(server.port)  # the start time did not match: left alone
+
+
+def test_missing_binary_says_to_run_make_setup(tmp_path, monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(UnavailableError, match="make setup"):
+        RedisServer(tmp_path).start()
+
+
+def test_a_server_that_exits_at_start_is_reported_with_its_log(tmp_path):
+    server = RedisServer(tmp_path, extra_args=["--maxmemory", "lots"])
+    with pytest.raises(UnavailableError) as info:
+        server.start()
+    message = str(info.value)
+    assert "exited with code 1" in message
+    assert "FATAL CONFIG FILE ERROR" in message
+    assert "argument must be a memory value" in message
+
+
+def test_a_port_in_use_is_reported(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(UnavailableError, match="Address already in use"):
+            RedisServer(tmp_path, port=port).start(timeout_s=10)
