@@ -189,12 +189,12 @@ def _warm_up() -> None:
 
 
 def _warm_up_moving() -> None:
-    """Compile (or load) the AP+-Tree's and the grid baseline's kernels before timing: a tiny
-    replay with publishes, moves that split and collapse leaves, expiry and a purge."""
-    from shard.applus import APPlusTree
+    """Compile (or load) the AP+-Tree's and the grid baseline's kernels before timing."""
     from shard.model import Point, Rect
     from shard.naive_moving import NaiveMoving
+    from shard.warmup import warm_up_shard
 
+    warm_up_shard()
     subs = [
         Subscription(f"w{i}", (("a", f"b{i % 7}"),), Rect(i % 10, 0, i % 10 + 1, 1), moving=True)
         for i in range(200)
@@ -202,17 +202,11 @@ def _warm_up_moving() -> None:
     msgs = [
         Message(f"m{i}", ("a", f"b{i % 7}"), Point(i % 10 + 0.5, 0.5), ttl=5.0) for i in range(50)
     ]
-    moves = [(f"w{i}", Point(i % 3, 0.5)) for i in range(200)]
-    for index in (
-        APPlusTree.build(subs, theta_p=8, fanout=16),
-        NaiveMoving(APTree.build(subs, theta_p=8, fanout=16)),
-    ):
-        index.publish_batch(msgs, 0.0)
-        index.move_batch(moves, 1.0)
-        index.subscribe(Subscription("x", (("a",),), Rect(0, 0, 1, 1), moving=True), 2.0)
-        index.advance(10.0)
-        if isinstance(index, APPlusTree):
-            index.purge()
+    naive = NaiveMoving(APTree.build(subs, theta_p=8, fanout=16))
+    naive.publish_batch(msgs, 0.0)
+    naive.move_batch([(f"w{i}", Point(i % 3, 0.5)) for i in range(200)], 1.0)
+    naive.subscribe(Subscription("x", (("a",),), Rect(0, 0, 1, 1), moving=True), 2.0)
+    naive.advance(10.0)
 
 
 def _match_all(index, msgs: list[Message], args) -> tuple[float, list[tuple[str, str]] | int]:

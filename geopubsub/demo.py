@@ -3,8 +3,9 @@
 1. **workload** — ``geopubsub gen`` under ``--work-dir`` (reused while its parameters are unchanged);
 2. **cluster** — ``geopubsub up``: a private redis-server, local Ray, the shards and the coordinator,
    in ``<work-dir>/cluster``, started empty (a demo cluster an earlier run left is stopped first);
-3. **registration** — every subscription through Subscribe calls, many in flight
-   (``geopubsub.register``; the bulk loader of issue [4/4] will replace this step);
+3. **registration** — the bulk loader (``loader.job`` on Spark ``local[2]``) writes every
+   subscription to the cluster's Redis and the coordinator reloads its shards (the ``Reload`` RPC);
+   ``--register grpc`` sends one Subscribe call each instead, many in flight (``geopubsub.register``);
 4. **traffic** — real gRPC clients at once: a publisher (PublishStream, paced, messages with a
    ttl), tracked moving subscribers (each its own channel: its StreamResults, and UpdateLocation
    towards the messages it wants), a crowd of the other moving subscriptions random-walking over a
@@ -26,6 +27,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import sys
 import time
 from collections import defaultdict
@@ -41,7 +43,7 @@ from geopubsub.oracle_check import (
     check_static,
 )
 from shard.brute import BruteMatcher
-from shard.errors import ValidationError
+from shard.errors import UnavailableError, ValidationError
 from shard.model import Message, Point, Rect, Subscription
 from shard.workload import read_messages, read_subscriptions
 
@@ -554,7 +556,13 @@ def print_report(r: dict, lines: list[str], out: TextIO) -> None:
         f"moving) on {r['shards']} shards",
         file=out,
     )
-    if reg:
+    if reg and reg.get("via") == "loader":
+        print(
+            f"  registration   {reg['registered']:,} bulk-loaded with Spark in {reg['load_s']:.1f} s, "
+            f"serving after {reg['seconds']:.1f} s ({reg['subscribe_per_s']:,.0f}/s)",
+            file=out,
+        )
+    elif reg:
         print(
             f"  registration   {reg['registered']:,} Subscribe calls in {reg['seconds']:.1f} s "
             f"({reg['subscribe_per_s']:,.0f}/s)",
@@ -633,7 +641,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--crowd-rate", type=float, default=200.0, help="moves/s of the other moving subscriptions"
     )
     p.add_argument("--streams", type=int, default=100, help="static result streams followed")
-    p.add_argument("--in-flight", type=int, default=None, help="Subscribe calls in flight")
+    p.add_argument(
+        "--register",
+        choices=("load", "grpc"),
+        default="load",
+        help="load: the Spark bulk loader, then Reload (default); grpc: Subscribe calls",
+    )
+    p.add_argument(
+        "--in-flight", type=int, default=None, help="Subscribe calls in flight (--register grpc)"
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     p.set_defaults(func=run)
 
@@ -672,7 +688,7 @@ def run(args: argparse.Namespace) -> int:
                     "coordinator_pid": cluster.coordinator.pid,
                     "redis_pid": cluster.redis.pid if cluster.redis is not None else None,
                 }
-                r, lines = _run(args, work, cluster.target, progress)
+                r, lines = _run(args, work, cluster, progress)
             except KeyboardInterrupt:
                 progress.say("interrupted")
                 return 130
@@ -696,14 +712,53 @@ def run(args: argparse.Namespace) -> int:
     return 1 if bad or r["registration"]["rejected"] else 0
 
 
-def _run(
-    args: argparse.Namespace, work: Path, target: str, progress: Progress
-) -> tuple[dict, list[str]]:
-    """Steps 3-5: register, run the traffic, check; returns the report and the sample lines."""
+def bulk_load(subs_file: Path, cluster, progress: Progress) -> dict:
+    """Step 3 with the bulk loader: Spark ``local[2]`` into the cluster's Redis, then ``Reload``."""
+    from geopubsub.load_cli import request_reload
+    from loader.job import run as load_run
+    from loader.job import spark_session
+
+    progress.say(f"registration  bulk load of {subs_file} with Spark local[2] ...")
+    t0 = time.perf_counter()
+    sigint = signal.getsignal(signal.SIGINT)  # SparkContext installs its own and leaves it
+    spark = spark_session("local[2]")
+    try:
+        summary = load_run(
+            spark,
+            [str(subs_file)],
+            redis_url=cluster.redis_url,
+            namespace=cluster.settings.namespace,
+            shards=cluster.settings.shards,
+            fmt="jsonl",
+            progress=lambda line: progress.say("              " + line.replace("\n", "\n  ")),
+        )
+    finally:
+        spark.stop()
+        signal.signal(signal.SIGINT, sigint)
+    loaded_s = time.perf_counter() - t0
+    progress.say("              the coordinator reloads its shards from Redis ...")
+    if not request_reload(cluster.target):
+        raise UnavailableError(f"the coordinator at {cluster.target} has no Reload RPC")
+    seconds = time.perf_counter() - t0
+    progress.say(
+        f"              {summary.loaded:,} loaded in {loaded_s:.1f} s, serving after "
+        f"{seconds:.1f} s ({summary.loaded / seconds:,.0f}/s)"
+    )
+    return {
+        "via": "loader",
+        "registered": summary.loaded,
+        "rejected": summary.rejected,
+        "per_shard": {str(k): v for k, v in summary.per_shard.items()},
+        "load_s": round(loaded_s, 2),
+        "seconds": round(seconds, 2),
+        "subscribe_per_s": round(summary.loaded / seconds, 1) if seconds > 0 else 0.0,
+    }
+
+
+def register_grpc(target: str, subs: list[Subscription], args, progress: Progress) -> dict:
+    """Step 3 with one Subscribe call per subscription, many in flight."""
     from geopubsub.register import DEFAULT_IN_FLIGHT, register_subscriptions
 
-    subs = list(read_subscriptions(work / "subs.jsonl"))
-    msgs = list(read_messages(work / "msgs.jsonl"))
     in_flight = args.in_flight or DEFAULT_IN_FLIGHT
 
     def registering(r) -> None:
@@ -722,6 +777,20 @@ def _run(
         f"              {reg.registered:,} registered in {reg.seconds:.1f} s ({reg.per_s:,.0f}/s)"
         + (f", {reg.rejected} rejected: {reg.errors[:3]}" if reg.rejected else "")
     )
+    return {"via": "grpc", **reg.as_dict()}
+
+
+def _run(
+    args: argparse.Namespace, work: Path, cluster, progress: Progress
+) -> tuple[dict, list[str]]:
+    """Steps 3-5: register, run the traffic, check; returns the report and the sample lines."""
+    target = cluster.target
+    subs = list(read_subscriptions(work / "subs.jsonl"))
+    msgs = list(read_messages(work / "msgs.jsonl"))
+    if args.register == "load":
+        reg = bulk_load(work / "subs.jsonl", cluster, progress)
+    else:
+        reg = register_grpc(target, subs, args, progress)
     plan = make_plan(subs, msgs, args)
     progress.say(
         f"traffic       {len(plan.schedule):,} messages at {args.rate:,g}/s (ttl {args.ttl:g} s), "
@@ -731,4 +800,4 @@ def _run(
     result = asyncio.run(run_traffic(target, plan, args, progress))
     progress.say("check         the followed streams against the brute-force oracle ...")
     static, moving = check(plan, result, args)
-    return report(plan, result, reg.as_dict(), static, moving, args), sample_lines(plan, result)
+    return report(plan, result, reg, static, moving, args), sample_lines(plan, result)

@@ -18,6 +18,9 @@ Restart policy (``make_shard_actor``):
 * ``max_concurrency=1``: calls run one at a time, in the order one caller submitted them, which
   the ± update semantics need.
 
+The constructor compiles the index kernels first (``shard.warmup``; ~1 s from numba's cache,
+~30 s on a fresh checkout), so no client call waits for the compiler.
+
 ``info()`` never raises: it reports the shard id, whether a rebuild is needed, and an
 ``incarnation`` token that changes with every (re)start, so a coordinator can tell a restart.
 """
@@ -35,6 +38,7 @@ from shard.errors import UnavailableError, ValidationError
 from shard.model import Message, Point, Subscription, subscriptions_from_rows
 from shard.ops import apply_ops
 from shard.state import ShardState, Update
+from shard.warmup import warm_up_shard
 
 DEFAULT_MAX_RESTARTS = -1
 """Restart a dead shard without limit: its state is always rebuildable (Redis + snapshot)."""
@@ -50,7 +54,8 @@ class ShardActor:
     def __init__(self, shard_id: int, options: dict[str, Any] | None = None) -> None:
         self._shard_id = shard_id
         self._options = dict(options or {})
-        self._state = ShardState(shard_id, **self._options)
+        self._state = ShardState(shard_id, **self._options)  # validates the options first
+        warm_up_shard()
         self._incarnation = uuid.uuid4().hex
         self._needs_rebuild = _was_reconstructed()
 

@@ -33,6 +33,7 @@ def test_demo_streams_equal_the_oracle_and_everything_stops(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     r = _json(proc.stdout)
     assert r["published"] == 2000 and r["registration"]["registered"] == 2000
+    assert r["registration"]["via"] == "loader" and r["registration"]["rejected"] == 0
     assert r["drained"], "the streams did not fall quiet"
     static, movers = r["check_static"], r["check_movers"]
     assert r["followed_streams"] == 30 and r["tracked_movers"] == 8

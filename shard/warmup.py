@@ -1,0 +1,43 @@
+"""Compile (or load from numba's on-disk cache) the index kernels before the first real request.
+
+numba compiles a kernel at its first call; on a fresh checkout (no ``__pycache__``) the AP+-Tree's
+move and m-list kernels take tens of seconds to compile, which a first client would otherwise wait
+out (and time out on). ``warm_up_shard`` drives a throwaway ``ShardState`` through every kind of
+operation: a bulk build, subscribe, publish, moves that split and collapse leaves, detach,
+unsubscribe, expiry and a purge. With a warm cache it takes well under a second.
+"""
+
+from __future__ import annotations
+
+from shard.model import Circle, Message, Point, Rect, Subscription
+from shard.ops import apply_ops
+from shard.state import ShardState
+
+N_SUBS = 200
+N_MSGS = 50
+
+
+def warm_up_shard() -> None:
+    """Run every operation kind once on a small throwaway shard (see the module docstring)."""
+    subs = [
+        Subscription(f"w{i}", (("a", f"b{i % 7}"),), Rect(i % 10, 0, i % 10 + 1, 1), moving=True)
+        for i in range(N_SUBS)
+    ]
+    msgs = [
+        Message(f"m{i}", ("a", f"b{i % 7}"), Point(i % 10 + 0.5, 0.5), ttl=5.0)
+        for i in range(N_MSGS)
+    ]
+    state = ShardState.build(0, subs, 0.0, theta_p=8, fanout=16)
+    ops: list[tuple] = [("pub", m) for m in msgs]
+    ops.append(("pub", Message("r", ("a",), Rect(0, 0, 3, 1), ttl=0.0)))
+    apply_ops(state, ops, 0.0)
+    apply_ops(state, [("move", f"w{i}", Point(i % 3, 0.5)) for i in range(N_SUBS)], 1.0)
+    extra = [
+        Subscription("x", (("a",), ("b1", "b2")), Rect(0, 0, 1, 1), moving=True),
+        Subscription("c", (("a",),), Circle(0.5, 0.5, 50_000.0)),
+    ]
+    apply_ops(state, [("sub", s) for s in extra], 2.0)
+    apply_ops(state, [("detach", "w1"), ("unsub", "w2"), ("move", "x", Point(5, 0.5))], 3.0)
+    apply_ops(state, [], 10.0)
+    state.tree.purge()
+    state.stats()
