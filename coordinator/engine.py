@@ -89,6 +89,13 @@ class Round:
     spans: list[tuple[Op, int, int]] = field(default_factory=list)
 
 
+def _fail(fut: asyncio.Future, err: Exception) -> None:
+    """Fail an operation's future and mark the error seen: its caller may have timed out and
+    gone, and asyncio would log every such future at shutdown."""
+    fut.set_exception(err)
+    fut.exception()
+
+
 class Engine:
     """Owns the routing state (partition map, placements, live messages) and the round loop.
     ``on_round`` receives every finished ``Round`` in order (the delivery stage)."""
@@ -141,7 +148,7 @@ class Engine:
             self._task = None
         for op in self._pending:
             if not op.future.done():
-                op.future.set_exception(UnavailableError("the coordinator is stopping"))
+                _fail(op.future, UnavailableError("the coordinator is stopping"))
         self._pending.clear()
 
     def restore(self, subs: Sequence[Subscription]) -> dict[int, list[Subscription]]:
@@ -217,7 +224,7 @@ class Engine:
                 err = exc if isinstance(exc, UnavailableError) else UnavailableError(str(exc))
                 for op in ops:
                     if not op.future.done():
-                        op.future.set_exception(err)
+                        _fail(op.future, err)
                 self.stats["failed_rounds"] += 1
                 continue
             await self.on_round(rnd)
@@ -254,7 +261,7 @@ class Engine:
             failed = next((p for p in parts if isinstance(p, Exception)), None)
             if failed is not None:  # the shard rejected it (and is unchanged by it)
                 if not op.future.done():
-                    op.future.set_exception(failed)
+                    _fail(op.future, failed)
                 parts = [p for p in parts if not isinstance(p, Exception)]
             self._merge([u for p in parts for u in p], rnd, op)
             rnd.spans.append((op, start, len(rnd.deliveries)))

@@ -3,11 +3,13 @@ exactly R(s, t) = {live m : m matches s at its current region} after every opera
 
 from __future__ import annotations
 
+import math
 import random
 
 import hypothesis.strategies as st
+import numpy as np
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from shard.applus import APPlusTree, recentre
@@ -352,3 +354,52 @@ def test_fast_movers_push_the_tree_towards_keyword_partitions():
         t._check()
         counts[move_cost] = t.stats()["s_nodes"]
     assert counts[True] < counts[False]
+
+
+# ---- the rounded box test of moves -----------------------------------------------------------
+_coord_lon = st.floats(-180, 180, allow_nan=False)
+_coord_lat = st.floats(-90, 90, allow_nan=False)
+
+
+@st.composite
+def _region_and_box_near_its_edge(draw):
+    """A rect or circle region and a message box (a point or a rect) placed on, just inside or
+    just outside an edge of the region's box, or anywhere."""
+    from shard.geometry import EARTH_RADIUS_M, KIND_CIRCLE, KIND_RECT, circle_bbox
+
+    lon, lat = draw(_coord_lon), draw(_coord_lat)
+    if draw(st.booleans()):
+        kind = KIND_CIRCLE
+        r = draw(st.floats(1.0, 2_000_000.0))
+        circ = np.array([lon, lat, r])
+        bbox = np.array(circle_bbox(lon, lat, r))
+    else:
+        kind = KIND_RECT
+        w, h = draw(st.floats(0, 40)), draw(st.floats(0, 20))
+        bbox = np.array([lon, lat, min(lon + w, 180.0), min(lat + h, 90.0)])
+        circ = np.zeros(3)
+    eps = draw(st.sampled_from([0.0, 1e-9, -1e-9, 5e-6, -5e-6, 1e-5, -1e-5, 3e-5, -3e-5]))
+    x = draw(st.sampled_from([bbox[0], bbox[2], draw(_coord_lon)])) + eps
+    y = draw(st.sampled_from([bbox[1], bbox[3], draw(_coord_lat)])) - eps
+    if kind == KIND_CIRCLE and draw(st.booleans()):  # on the circle, north of the centre
+        x, y = lon, lat + math.degrees(circ[2] / EARTH_RADIUS_M) + eps
+    x, y = min(max(x, -180.0), 180.0), min(max(y, -90.0), 90.0)
+    if draw(st.booleans()):
+        box = np.array([x, y, x, y])
+    else:
+        box = np.array([x, y, min(x + draw(st.floats(0, 5)), 180.0), min(y + 1.0, 90.0)])
+    return kind, bbox, circ, box
+
+
+@settings(max_examples=3000, deadline=None)
+@given(_region_and_box_near_its_edge())
+def test_the_rounded_box_test_of_moves_never_contradicts_the_exact_one(case):
+    """A move decides most candidates on float32 copies of their boxes: whenever that test
+    answers (not UNSURE), it must be the exact float64 answer."""
+    from shard.applus.mlists import UNSURE, _hits_rounded
+    from shard.geometry import region_hits_rect
+
+    kind, bbox, circ, box = case
+    got = _hits_rounded(kind, bbox, circ, box.astype(np.float32))
+    exact = region_hits_rect(kind, bbox, circ, box)
+    assert got == UNSURE or bool(got) == exact, (got, exact)

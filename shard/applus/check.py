@@ -23,7 +23,7 @@ def check_mlists(tree: APPlusTree) -> None:
     """
     tree._sync()  # the m-list rows follow the node array lazily
     T = tree._tree
-    ML, MP, MC = tree._mt
+    ML, MP, MC, MG = tree._mt
     NI = T[0]
     n_nodes = int(T[10][C_NODES])
     msgs = tree.msgs
@@ -41,6 +41,12 @@ def check_mlists(tree: APPlusTree) -> None:
             entries = MP[off : off + n].tolist()
             for x in entries:
                 assert 0 <= x < msgs.n_slots, f"node {u}: bad slot {x}"
+            boxes = MG[off : off + n]
+            live_here = [i for i, x in enumerate(entries) if which == 0 and msgs.alive[x]]
+            for i in live_here:  # the copied box is the live message's own, rounded
+                assert np.array_equal(boxes[i], msgs.geom[entries[i]].astype(np.float32)), (
+                    f"node {u}: pool box of slot {entries[i]} is stale"
+                )
             if which == 0:
                 on[u] = set(entries)
     spans.sort()

@@ -15,8 +15,13 @@ Together these keep the invariant the exact ± updates rest on: every live messa
 of the current tree reaches a leaf is on the m-list of that leaf or of one of its ancestors.
 Entries of expired messages are dropped lazily by :func:`purge`.
 
-``MT = (ML, MP, MC)``: ``ML[node]`` = (M offset, M length, M capacity, D offset, D length, D capacity),
-``MP`` the pool, ``MC`` = (pool slots used, pool slots orphaned).
+``MT = (ML, MP, MC, MG)``: ``ML[node]`` = (M offset, M length, M capacity, D offset, D length, D capacity),
+``MP`` the pool, ``MC`` = (pool slots used, pool slots orphaned), ``MG[k]`` the box of the message
+``MP[k]`` (a point as (lon, lat, lon, lat)) rounded to float32, copied in when the entry is
+written: a move tests its candidates' locations reading the pool in order, not the message columns
+at random, and goes to the exact float64 box only where the rounded one cannot decide
+(:func:`_hits_rounded`). A slot is reused only after :func:`purge` has dropped its entries, so the
+copy never goes stale.
 """
 
 from __future__ import annotations
@@ -45,6 +50,11 @@ from shard.geometry import KIND_CIRCLE, haversine_m, region_hits_point, region_h
 M_LIST = 0
 D_LIST = 3
 MIN_CAP = 4
+ROUND_DEG = 1e-5
+"""Bound on |float32(v) - v| for |v| <= 180 (half a float32 ulp there is 7.6e-6)."""
+ROUND_M = 4.0
+"""Bound on the change of a great-circle distance when both coordinates of a point move by
+ROUND_DEG (1.6 m) plus the haversine's own rounding, with room to spare."""
 
 # message store tuple (see messages.py): alive, kind, geom, toff, tlen, terms
 MS_ALIVE, MS_KIND, MS_GEOM, MS_TOFF, MS_TLEN, MS_TERMS = range(6)
@@ -54,7 +64,8 @@ def new_mlists(node_cap: int = 1024, pool_cap: int = 4096):
     ML = np.zeros((node_cap, 6), np.int64)
     MP = np.full(pool_cap, -1, np.int32)
     MC = np.zeros(2, np.int64)
-    return (ML, MP, MC)
+    MG = np.zeros((pool_cap, 4), np.float32)
+    return (ML, MP, MC, MG)
 
 
 @njit(cache=True)
@@ -65,41 +76,55 @@ def ensure_rows(MT, n):
         return MT
     ML2 = np.zeros((max(n, 2 * ML.shape[0]), 6), np.int64)
     ML2[: ML.shape[0]] = ML
-    return (ML2, MT[1], MT[2])
+    return (ML2, MT[1], MT[2], MT[3])
 
 
 @njit(cache=True)
-def _append(MT, u, which, x):
+def _append(MT, u, which, x, geom):
+    """Append message slot x to list ``which`` of node u (on an m-list with its box ``geom[x]``,
+    rounded)."""
     ML = MT[0]
     n = ML[u, which + 1]
     if n == ML[u, which + 2]:
         cap = max(MIN_CAP, 2 * n)
         MP = MT[1]
         MC = MT[2]
+        MG = MT[3]
         if MC[0] + cap > MP.shape[0]:
-            MP2 = np.full(max(MC[0] + cap, 2 * MP.shape[0]), -1, np.int32)
+            size = max(MC[0] + cap, 2 * MP.shape[0])
+            MP2 = np.full(size, -1, np.int32)
             MP2[: MP.shape[0]] = MP
+            MG2 = np.zeros((size, 4), np.float32)
+            MG2[: MG.shape[0]] = MG
             MP = MP2
-            MT = (ML, MP, MC)
+            MG = MG2
+            MT = (ML, MP, MC, MG)
         old = ML[u, which]
         off = MC[0]
         MP[off : off + n] = MP[old : old + n]
+        if which == M_LIST:
+            MG[off : off + n] = MG[old : old + n]
         MC[0] += cap
         MC[1] += ML[u, which + 2]
         ML[u, which] = off
         ML[u, which + 2] = cap
-    MT[1][ML[u, which] + n] = x
+    k = ML[u, which] + n
+    MT[1][k] = x
+    if which == M_LIST:  # parking entries are never tested by moves: no box
+        MG = MT[3]
+        for j in range(4):
+            MG[k, j] = geom[x, j]
     ML[u, which + 1] = n + 1
     return MT
 
 
 @njit(cache=True)
-def store_traces(T, MT, tr_m, tr_n, tr_d, slot_of_q, dup_limit):
+def store_traces(T, MT, tr_m, tr_n, tr_d, slot_of_q, dup_limit, geom):
     """Hang each traced message on the nodes of its traversal (Sect. 4.2.4): on every leaf it
     reached, or, past ``dup_limit`` leaves, on the nodes of the deepest level of its traversal
     that has at most ``dup_limit`` nodes (leaves above that level count at their own depth); and
     on the parking list of every node where it met a dead end. Trace entries of one message are
-    contiguous. O(trace length)."""
+    contiguous; ``geom`` holds the messages' boxes by slot. O(trace length)."""
     NI = T[0]
     n = tr_m.shape[0]
     i = 0
@@ -121,12 +146,12 @@ def store_traces(T, MT, tr_m, tr_n, tr_d, slot_of_q, dup_limit):
                 dmin = min(dmin, dd)
                 dmax = max(dmax, dd)
                 if tr_d[k]:
-                    MT = _append(MT, u, D_LIST, x)
+                    MT = _append(MT, u, D_LIST, x, geom)
             if n_leaves <= dup_limit:
                 for k in range(i, j):
                     u = tr_n[k]
                     if NI[u, F_TYPE] == LEAF:
-                        MT = _append(MT, u, M_LIST, x)
+                        MT = _append(MT, u, M_LIST, x, geom)
             else:
                 # count(d) = nodes at depth d + leaves above d; non-decreasing in d
                 width = dmax - dmin + 1
@@ -149,7 +174,7 @@ def store_traces(T, MT, tr_m, tr_n, tr_d, slot_of_q, dup_limit):
                     u = tr_n[k]
                     dd = NI[u, F_DEPTH] - dmin
                     if dd == best or (dd < best and NI[u, F_TYPE] == LEAF):
-                        MT = _append(MT, u, M_LIST, x)
+                        MT = _append(MT, u, M_LIST, x, geom)
         i = j
     return MT
 
@@ -250,7 +275,7 @@ def repair_created(T, MT, MS, created):
                     y0, y1 = cell_range(BND, boff + nx + 1, ny, geom[x, 1], geom[x, 3])
                     enters = x0 <= a_c <= x1 and y0 <= b_c <= y1
             if enters:
-                MT = _append(MT, c, M_LIST, x)
+                MT = _append(MT, c, M_LIST, x, geom)
     return MT
 
 
@@ -267,6 +292,34 @@ def _covers(kind, bbox, circ, r):
             if haversine_m(circ[0], circ[1], cx, cy) > circ[2]:
                 return False
     return True
+
+
+UNSURE = 2
+
+
+@njit(cache=True)
+def _hits_rounded(kind, bbox, circ, g):
+    """Does a subscription region meet a message box known only as ``g`` (float32, each
+    coordinate within ROUND_DEG of the exact one)? 1 yes, 0 no, UNSURE when the rounding could
+    change the answer (mirrors ``region_hits_rect``)."""
+    d = ROUND_DEG
+    q0 = np.float64(g[0])
+    q1 = np.float64(g[1])
+    q2 = np.float64(g[2])
+    q3 = np.float64(g[3])
+    if q2 < bbox[0] - d or q0 > bbox[2] + d or q3 < bbox[1] - d or q1 > bbox[3] + d:
+        return 0
+    inside = q2 >= bbox[0] + d and q0 <= bbox[2] - d and q3 >= bbox[1] + d and q1 <= bbox[3] - d
+    if kind != KIND_CIRCLE:
+        return 1 if inside else UNSURE
+    nx = min(max(circ[0], q0), q2)
+    ny = min(max(circ[1], q1), q3)
+    dist = haversine_m(circ[0], circ[1], nx, ny)
+    if dist > circ[2] + ROUND_M:
+        return 0
+    if dist <= circ[2] - ROUND_M and inside:
+        return 1
+    return UNSURE
 
 
 @njit(cache=True)
@@ -383,6 +436,7 @@ def diff_results(
     NF = T[1]
     ML = MT[0]
     MP = MT[1]
+    MG = MT[3]
     alive = MS[MS_ALIVE]
     out_x = np.empty(64, np.int32)
     out_g = np.empty(64, np.int8)
@@ -410,15 +464,30 @@ def diff_results(
                 off = ML[v, M_LIST]
                 for k in range(off, off + ML[v, M_LIST + 1]):
                     x = MP[k]
-                    if not alive[x] or MSTAMP[x] == stamp:
-                        continue
-                    MSTAMP[x] = stamp
                     if same_terms:
-                        g, ts = move_change_of(
-                            MS, x, TM, ts, n_cl_off, n_cl_terms,
-                            o_kind, o_bbox, o_circ, n_kind, n_bbox, n_circ,
-                        )  # fmt: skip
+                        # a move: the regions first, on the rounded box copied into the pool
+                        # (read in order; the exact one where that cannot decide), and only
+                        # where they disagree whether the message is live, new to this move,
+                        # and matches the text: most candidates stop at the box
+                        a = _hits_rounded(o_kind, o_bbox, o_circ, MG[k])
+                        b = _hits_rounded(n_kind, n_bbox, n_circ, MG[k])
+                        if a == b and a != UNSURE:
+                            continue
+                        was = a == 1 if a != UNSURE else _hits(MS, x, o_kind, o_bbox, o_circ)
+                        now = b == 1 if b != UNSURE else _hits(MS, x, n_kind, n_bbox, n_circ)
+                        if was == now:
+                            continue
+                        if not alive[x] or MSTAMP[x] == stamp:
+                            continue
+                        MSTAMP[x] = stamp
+                        ts = _mark_terms(MS, x, TM, ts)
+                        if not _text_matches(TM, ts, n_cl_off, n_cl_terms):
+                            continue
+                        g = -1 if was else 1
                     else:
+                        if not alive[x] or MSTAMP[x] == stamp:
+                            continue
+                        MSTAMP[x] = stamp
                         g, ts = change_of(
                             MS, x, TM, ts,
                             has_old, o_cl_off, o_cl_terms, o_kind, o_bbox, o_circ,
@@ -451,6 +520,8 @@ def purge(T, MT, alive, n_nodes):
                     live += 1
             total += max(MIN_CAP, live + live // 2) if live else 0
     MP2 = np.full(max(total, 16), -1, np.int32)
+    MG = MT[3]
+    MG2 = np.zeros((MP2.shape[0], 4), np.float32)
     pos = 0
     for u in range(ML.shape[0]):
         for which in (M_LIST, D_LIST):
@@ -464,6 +535,7 @@ def purge(T, MT, alive, n_nodes):
             for k in range(off, off + ML[u, which + 1]):
                 if alive[MP[k]]:
                     MP2[pos + live] = MP[k]
+                    MG2[pos + live] = MG[k]
                     live += 1
             cap = max(MIN_CAP, live + live // 2) if live else 0
             ML[u, which] = pos
@@ -473,7 +545,7 @@ def purge(T, MT, alive, n_nodes):
     MC = MT[2]
     MC[0] = pos
     MC[1] = 0
-    return (ML, MP2, MC)
+    return (ML, MP2, MC, MG2)
 
 
 @njit(cache=True)

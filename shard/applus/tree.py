@@ -140,7 +140,7 @@ class APPlusTree(APTree):
         self.verified += int(verified)
         if tr_m.size:
             self._mt = store_traces(
-                self._tree, self._mt, tr_m, tr_n, tr_d, slot_of_q, self.dup_limit
+                self._tree, self._mt, tr_m, tr_n, tr_d, slot_of_q, self.dup_limit, self.msgs.geom
             )
         return out_m, out_s
 
