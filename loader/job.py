@@ -285,6 +285,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="loader/job.py", description=__doc__.split("\n\n")[0])
     add_arguments(p)
     p.add_argument("--redis-url", required=True)
+    p.add_argument(
+        "--coordinator",
+        metavar="HOST:PORT",
+        help="a running coordinator on that Redis: ask it to reload its shards after the load",
+    )
     args = p.parse_args(argv)
     spark = spark_session(args.master, spark_conf(args.conf))  # None: spark-submit's, or local[*]
     try:
@@ -299,6 +304,13 @@ def main(argv: list[str] | None = None) -> int:
         )
     finally:
         spark.stop()
+    if args.coordinator:
+        from geopubsub.load_cli import request_reload
+
+        if not request_reload(args.coordinator):
+            print(f"{args.coordinator} has no Reload RPC: restart it to serve the load")
+            return 1
+        print(f"the coordinator at {args.coordinator} reloaded its shards and serves them")
     return 0
 
 

@@ -373,6 +373,32 @@ def test_the_load_command_finds_the_local_cluster_and_asks_for_a_reload(
         server.stop(None)
 
 
+def test_the_job_runs_under_spark_submit(redis_url, tmp_path):
+    """``spark-submit loader/job.py`` (the way onto a Spark cluster): same counts, same rejects
+    file, a namespace of its own."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bin_dir = Path(sys.executable).parent
+    rows = _good(random.Random(11), 40) + [BAD_ROWS[2]]
+    path = tmp_path / "subs.jsonl"
+    write_jsonl(path, rows)
+    rejects = tmp_path / "rejects.txt"
+    argv = [str(bin_dir / "spark-submit"), "--master", "local[2]", "loader/job.py", str(path)]
+    argv += ["--redis-url", redis_url, "--namespace", "submit", "--rejects", str(rejects)]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "loaded 40 subscriptions (40 new" in proc.stdout
+    assert rejects.read_text().splitlines() == [f"{path}:41: keywords=[]: must hold 1-16 keywords"]
+    r = redis.Redis.from_url(redis_url)
+    assert r.scard("submit:subs") == 40
+    r.close()
+
+
 def test_duplicate_ids_resolve_to_the_later_row_without_comparing_the_others():
     recs = [
         (transform.OK, "a", ("f", 0, 0), "{a0}", (0, 0, 1, 1), ("x",)),
