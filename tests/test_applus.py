@@ -378,7 +378,9 @@ def _region_and_box_near_its_edge(draw):
         w, h = draw(st.floats(0, 40)), draw(st.floats(0, 20))
         bbox = np.array([lon, lat, min(lon + w, 180.0), min(lat + h, 90.0)])
         circ = np.zeros(3)
-    eps = draw(st.sampled_from([0.0, 1e-9, -1e-9, 5e-6, -5e-6, 1e-5, -1e-5, 3e-5, -3e-5]))
+    eps = draw(
+        st.sampled_from([0.0, 1e-9, -1e-9, 5e-8, -5e-8, 1e-7, -1e-7, 2e-7, -3e-7, 1e-5, -1e-5])
+    )
     x = draw(st.sampled_from([bbox[0], bbox[2], draw(_coord_lon)])) + eps
     y = draw(st.sampled_from([bbox[1], bbox[3], draw(_coord_lat)])) - eps
     if kind == KIND_CIRCLE and draw(st.booleans()):  # on the circle, north of the centre
@@ -394,12 +396,17 @@ def _region_and_box_near_its_edge(draw):
 @settings(max_examples=3000, deadline=None)
 @given(_region_and_box_near_its_edge())
 def test_the_rounded_box_test_of_moves_never_contradicts_the_exact_one(case):
-    """A move decides most candidates on float32 copies of their boxes: whenever that test
-    answers (not UNSURE), it must be the exact float64 answer."""
-    from shard.applus.mlists import UNSURE, _hits_rounded
+    """A move decides most candidates on the fixed-point copies of their points in the pool:
+    whenever that test answers (not UNSURE), it must be the exact float64 answer; a region
+    message is always UNSURE (tested exactly)."""
+    from shard.applus.mlists import FIX_DEG, NO_POINT, UNSURE, _hits_rounded
     from shard.geometry import region_hits_rect
 
     kind, bbox, circ, box = case
-    got = _hits_rounded(kind, bbox, circ, box.astype(np.float32))
     exact = region_hits_rect(kind, bbox, circ, box)
-    assert got == UNSURE or bool(got) == exact, (got, exact)
+    if box[0] == box[2] and box[1] == box[3]:
+        fx, fy = round(box[0] / FIX_DEG), round(box[1] / FIX_DEG)
+        got = _hits_rounded(kind, bbox, circ, np.int32(fx), np.int32(fy))
+        assert got == UNSURE or bool(got) == exact, (got, exact)
+    else:
+        assert _hits_rounded(kind, bbox, circ, np.int32(NO_POINT), np.int32(NO_POINT)) == UNSURE

@@ -13,6 +13,14 @@ if TYPE_CHECKING:
     from shard.applus.tree import APPlusTree
 
 
+def _fixed(box) -> tuple[int, int]:
+    from shard.applus.mlists import FIX_DEG, NO_POINT
+
+    if box[0] == box[2] and box[1] == box[3]:
+        return int(round(box[0] / FIX_DEG)), int(round(box[1] / FIX_DEG))
+    return NO_POINT, NO_POINT
+
+
 def check_mlists(tree: APPlusTree) -> None:
     """Assert:
 
@@ -23,7 +31,7 @@ def check_mlists(tree: APPlusTree) -> None:
     """
     tree._sync()  # the m-list rows follow the node array lazily
     T = tree._tree
-    ML, MP, MC, MG = tree._mt
+    ML, MP, MC = tree._mt
     NI = T[0]
     n_nodes = int(T[10][C_NODES])
     msgs = tree.msgs
@@ -38,15 +46,14 @@ def check_mlists(tree: APPlusTree) -> None:
                 spans.append((off, off + cap))
             if NI[u, F_TYPE] == FREED:
                 assert n == 0, f"freed node {u} holds entries"
-            entries = MP[off : off + n].tolist()
+            entries = MP[off : off + n, 0].tolist()
             for x in entries:
                 assert 0 <= x < msgs.n_slots, f"node {u}: bad slot {x}"
-            boxes = MG[off : off + n]
-            live_here = [i for i, x in enumerate(entries) if which == 0 and msgs.alive[x]]
-            for i in live_here:  # the copied box is the live message's own, rounded
-                assert np.array_equal(boxes[i], msgs.geom[entries[i]].astype(np.float32)), (
-                    f"node {u}: pool box of slot {entries[i]} is stale"
-                )
+            for k, x in enumerate(entries):  # a live message's point, in fixed point
+                if msgs.alive[x]:
+                    assert tuple(MP[off + k, 1:]) == _fixed(msgs.geom[x]), (
+                        f"node {u}: pool location of slot {x} is stale: {MP[off + k]}"
+                    )
             if which == 0:
                 on[u] = set(entries)
     spans.sort()

@@ -15,13 +15,14 @@ Together these keep the invariant the exact ± updates rest on: every live messa
 of the current tree reaches a leaf is on the m-list of that leaf or of one of its ancestors.
 Entries of expired messages are dropped lazily by :func:`purge`.
 
-``MT = (ML, MP, MC, MG)``: ``ML[node]`` = (M offset, M length, M capacity, D offset, D length, D capacity),
-``MP`` the pool, ``MC`` = (pool slots used, pool slots orphaned), ``MG[k]`` the box of the message
-``MP[k]`` (a point as (lon, lat, lon, lat)) rounded to float32, copied in when the entry is
-written: a move tests its candidates' locations reading the pool in order, not the message columns
-at random, and goes to the exact float64 box only where the rounded one cannot decide
-(:func:`_hits_rounded`). A slot is reused only after :func:`purge` has dropped its entries, so the
-copy never goes stale.
+``MT = (ML, MP, MC)``: ``ML[node]`` = (M offset, M length, M capacity, D offset, D length, D capacity),
+``MP`` the pool, ``MC`` = (pool slots used, pool slots orphaned). A pool entry ``MP[k]`` is
+(message slot, lon, lat) in int32, the point's coordinates in fixed point (units of ``FIX_DEG``;
+``NO_POINT`` for a region message): a move tests its candidates' locations reading the pool in
+order, in the cache lines it reads the slots from, not the message columns at random, and goes to
+the exact float64 location only where the rounded one cannot decide (:func:`_hits_rounded`). A
+message slot is reused only after :func:`purge` has dropped its entries, so the copy never goes
+stale.
 """
 
 from __future__ import annotations
@@ -50,11 +51,15 @@ from shard.geometry import KIND_CIRCLE, haversine_m, region_hits_point, region_h
 M_LIST = 0
 D_LIST = 3
 MIN_CAP = 4
-ROUND_DEG = 1e-5
-"""Bound on |float32(v) - v| for |v| <= 180 (half a float32 ulp there is 7.6e-6)."""
-ROUND_M = 4.0
+FIX_DEG = 1e-7
+"""The unit of a pool entry's fixed-point coordinates (|180 / FIX_DEG| fits in an int32)."""
+NO_POINT = -(2**31)
+"""The longitude of a pool entry whose message is a region: always tested exactly."""
+ROUND_DEG = 2e-7
+"""Bound on |FIX_DEG * round(v / FIX_DEG) - v| (half a unit, plus the float rounding), doubled."""
+ROUND_M = 1.0
 """Bound on the change of a great-circle distance when both coordinates of a point move by
-ROUND_DEG (1.6 m) plus the haversine's own rounding, with room to spare."""
+ROUND_DEG (0.03 m) plus the haversine's own rounding, with room to spare."""
 
 # message store tuple (see messages.py): alive, kind, geom, toff, tlen, terms
 MS_ALIVE, MS_KIND, MS_GEOM, MS_TOFF, MS_TLEN, MS_TERMS = range(6)
@@ -62,10 +67,9 @@ MS_ALIVE, MS_KIND, MS_GEOM, MS_TOFF, MS_TLEN, MS_TERMS = range(6)
 
 def new_mlists(node_cap: int = 1024, pool_cap: int = 4096):
     ML = np.zeros((node_cap, 6), np.int64)
-    MP = np.full(pool_cap, -1, np.int32)
+    MP = np.full((pool_cap, 3), -1, np.int32)
     MC = np.zeros(2, np.int64)
-    MG = np.zeros((pool_cap, 4), np.float32)
-    return (ML, MP, MC, MG)
+    return (ML, MP, MC)
 
 
 @njit(cache=True)
@@ -76,44 +80,38 @@ def ensure_rows(MT, n):
         return MT
     ML2 = np.zeros((max(n, 2 * ML.shape[0]), 6), np.int64)
     ML2[: ML.shape[0]] = ML
-    return (ML2, MT[1], MT[2], MT[3])
+    return (ML2, MT[1], MT[2])
 
 
 @njit(cache=True)
 def _append(MT, u, which, x, geom):
-    """Append message slot x to list ``which`` of node u (on an m-list with its box ``geom[x]``,
-    rounded)."""
+    """Append message slot x (location ``geom[x]``) to list ``which`` of node u."""
     ML = MT[0]
     n = ML[u, which + 1]
     if n == ML[u, which + 2]:
         cap = max(MIN_CAP, 2 * n)
         MP = MT[1]
         MC = MT[2]
-        MG = MT[3]
         if MC[0] + cap > MP.shape[0]:
-            size = max(MC[0] + cap, 2 * MP.shape[0])
-            MP2 = np.full(size, -1, np.int32)
+            MP2 = np.full((max(MC[0] + cap, 2 * MP.shape[0]), 3), -1, np.int32)
             MP2[: MP.shape[0]] = MP
-            MG2 = np.zeros((size, 4), np.float32)
-            MG2[: MG.shape[0]] = MG
             MP = MP2
-            MG = MG2
-            MT = (ML, MP, MC, MG)
+            MT = (ML, MP, MC)
         old = ML[u, which]
         off = MC[0]
         MP[off : off + n] = MP[old : old + n]
-        if which == M_LIST:
-            MG[off : off + n] = MG[old : old + n]
         MC[0] += cap
         MC[1] += ML[u, which + 2]
         ML[u, which] = off
         ML[u, which + 2] = cap
-    k = ML[u, which] + n
-    MT[1][k] = x
-    if which == M_LIST:  # parking entries are never tested by moves: no box
-        MG = MT[3]
-        for j in range(4):
-            MG[k, j] = geom[x, j]
+    e = MT[1][ML[u, which] + n]
+    e[0] = x
+    if geom[x, 0] == geom[x, 2] and geom[x, 1] == geom[x, 3]:
+        e[1] = np.int32(round(geom[x, 0] / FIX_DEG))
+        e[2] = np.int32(round(geom[x, 1] / FIX_DEG))
+    else:
+        e[1] = NO_POINT
+        e[2] = NO_POINT
     ML[u, which + 1] = n + 1
     return MT
 
@@ -201,7 +199,7 @@ def gather_subtrees(T, MT, tops, alive):
             for which in (M_LIST, D_LIST):
                 off = ML[u, which]
                 for k in range(off, off + ML[u, which + 1]):
-                    x = MP[k]
+                    x = MP[k, 0]
                     if alive[x] and not seen[x]:
                         seen[x] = True
                         if n == out.shape[0]:
@@ -254,7 +252,7 @@ def repair_created(T, MT, MS, created):
         off = ML[u, D_LIST]
         n = ML[u, D_LIST + 1]
         for k in range(off, off + n):
-            x = MT[1][k]
+            x = MT[1][k, 0]
             if not alive[x]:
                 continue
             enters = is_dummy or NI[u, F_TYPE] == KNODE
@@ -298,23 +296,21 @@ UNSURE = 2
 
 
 @njit(cache=True)
-def _hits_rounded(kind, bbox, circ, g):
-    """Does a subscription region meet a message box known only as ``g`` (float32, each
-    coordinate within ROUND_DEG of the exact one)? 1 yes, 0 no, UNSURE when the rounding could
-    change the answer (mirrors ``region_hits_rect``)."""
+def _hits_rounded(kind, bbox, circ, lon_fix, lat_fix):
+    """Does a subscription region hold a message point known only in fixed point (within
+    ROUND_DEG of the exact one)? 1 yes, 0 no, UNSURE when the rounding could change the answer
+    or the message is a region (mirrors ``region_hits_point``)."""
+    if lon_fix == NO_POINT:
+        return UNSURE
     d = ROUND_DEG
-    q0 = np.float64(g[0])
-    q1 = np.float64(g[1])
-    q2 = np.float64(g[2])
-    q3 = np.float64(g[3])
-    if q2 < bbox[0] - d or q0 > bbox[2] + d or q3 < bbox[1] - d or q1 > bbox[3] + d:
+    px = lon_fix * FIX_DEG
+    py = lat_fix * FIX_DEG
+    if px < bbox[0] - d or px > bbox[2] + d or py < bbox[1] - d or py > bbox[3] + d:
         return 0
-    inside = q2 >= bbox[0] + d and q0 <= bbox[2] - d and q3 >= bbox[1] + d and q1 <= bbox[3] - d
+    inside = px >= bbox[0] + d and px <= bbox[2] - d and py >= bbox[1] + d and py <= bbox[3] - d
     if kind != KIND_CIRCLE:
         return 1 if inside else UNSURE
-    nx = min(max(circ[0], q0), q2)
-    ny = min(max(circ[1], q1), q3)
-    dist = haversine_m(circ[0], circ[1], nx, ny)
+    dist = haversine_m(circ[0], circ[1], px, py)
     if dist > circ[2] + ROUND_M:
         return 0
     if dist <= circ[2] - ROUND_M and inside:
@@ -436,7 +432,6 @@ def diff_results(
     NF = T[1]
     ML = MT[0]
     MP = MT[1]
-    MG = MT[3]
     alive = MS[MS_ALIVE]
     out_x = np.empty(64, np.int32)
     out_g = np.empty(64, np.int8)
@@ -463,14 +458,14 @@ def diff_results(
             ):
                 off = ML[v, M_LIST]
                 for k in range(off, off + ML[v, M_LIST + 1]):
-                    x = MP[k]
+                    x = MP[k, 0]
                     if same_terms:
                         # a move: the regions first, on the rounded box copied into the pool
                         # (read in order; the exact one where that cannot decide), and only
                         # where they disagree whether the message is live, new to this move,
                         # and matches the text: most candidates stop at the box
-                        a = _hits_rounded(o_kind, o_bbox, o_circ, MG[k])
-                        b = _hits_rounded(n_kind, n_bbox, n_circ, MG[k])
+                        a = _hits_rounded(o_kind, o_bbox, o_circ, MP[k, 1], MP[k, 2])
+                        b = _hits_rounded(n_kind, n_bbox, n_circ, MP[k, 1], MP[k, 2])
                         if a == b and a != UNSURE:
                             continue
                         was = a == 1 if a != UNSURE else _hits(MS, x, o_kind, o_bbox, o_circ)
@@ -516,12 +511,10 @@ def purge(T, MT, alive, n_nodes):
             off = ML[u, which]
             live = 0
             for k in range(off, off + ML[u, which + 1]):
-                if alive[MP[k]]:
+                if alive[MP[k, 0]]:
                     live += 1
             total += max(MIN_CAP, live + live // 2) if live else 0
-    MP2 = np.full(max(total, 16), -1, np.int32)
-    MG = MT[3]
-    MG2 = np.zeros((MP2.shape[0], 4), np.float32)
+    MP2 = np.full((max(total, 16), 3), -1, np.int32)
     pos = 0
     for u in range(ML.shape[0]):
         for which in (M_LIST, D_LIST):
@@ -533,9 +526,8 @@ def purge(T, MT, alive, n_nodes):
             off = ML[u, which]
             live = 0
             for k in range(off, off + ML[u, which + 1]):
-                if alive[MP[k]]:
+                if alive[MP[k, 0]]:
                     MP2[pos + live] = MP[k]
-                    MG2[pos + live] = MG[k]
                     live += 1
             cap = max(MIN_CAP, live + live // 2) if live else 0
             ML[u, which] = pos
@@ -545,7 +537,7 @@ def purge(T, MT, alive, n_nodes):
     MC = MT[2]
     MC[0] = pos
     MC[1] = 0
-    return (ML, MP2, MC, MG2)
+    return (ML, MP2, MC)
 
 
 @njit(cache=True)
