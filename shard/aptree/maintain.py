@@ -182,19 +182,7 @@ def _route_from(T, S, params, c, delta, todo, touched, created, start, b0, b1, b
             w = -1
             if cl_len[c] > l:
                 w = terms[cl_off[c] + l]
-                nch = NI[u, F_NCH]
-                CLO = T[3]
-                CHI = T[4]
-                lo = 0
-                hi = nch - 1
-                while lo < hi:
-                    mid = (lo + hi + 1) // 2
-                    if CLO[off + mid] <= w:
-                        lo = mid
-                    else:
-                        hi = mid - 1
-                if params[P_GAP_TO_DUMMY] > 0.5 and (w < CLO[off + lo] or w > CHI[off + lo]):
-                    lo = -1  # a keyword between cuts goes to the dummy cut (see layout)
+                lo = _cut_for(T, params, u, w)
             if lo < 0:
                 NI[u, F_WD_CUR] += delta
                 d = NI[u, F_DUMMY]
@@ -208,6 +196,8 @@ def _route_from(T, S, params, c, delta, todo, touched, created, start, b0, b1, b
                 stack.append(d)
             else:
                 # a keyword between two cuts joins the cut before it (or the first cut)
+                CLO = T[3]
+                CHI = T[4]
                 if w < CLO[off + lo]:
                     CLO[off + lo] = w
                 elif w > CHI[off + lo]:
@@ -298,12 +288,18 @@ def _k_child(T, params, u, c, cl_off, cl_len, terms):
     l = NI[u, F_L]
     if cl_len[c] <= l:
         return -1
-    w = terms[cl_off[c] + l]
-    off = NI[u, F_CHOFF]
+    return _cut_for(T, params, u, terms[cl_off[c] + l])
+
+
+@njit(cache=True)
+def _cut_for(T, params, u, w):
+    """The cut of k-node u that keyword w joins: the last whose low keyword is <= w (or the
+    first), or -1 for the dummy when the tree sends keywords between cuts there (see layout)."""
+    off = T[0][u, F_CHOFF]
     CLO = T[3]
     CHI = T[4]
     lo = 0
-    hi = NI[u, F_NCH] - 1
+    hi = T[0][u, F_NCH] - 1
     while lo < hi:
         mid = (lo + hi + 1) // 2
         if CLO[off + mid] <= w:
