@@ -13,6 +13,7 @@ waits for a consumer.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator
@@ -23,11 +24,11 @@ from coordinator.metadata import Metadata
 from geopubsub.v1 import geopubsub_pb2 as pb
 
 LOG_READ_BATCH = 1000
+REFRESH_SHARE = 0.25
+"""A log's expiry is set again only once this share of the retention time has passed since it was
+last set, not on every write; it is set to (1 + this share) x the retention time, so a log (and a
+logged message) outlives its last entry's retention by up to this share."""
 _SIGN = ("+", "-")
-
-
-def _removal(msg_id: str) -> bytes:
-    return pb.Message(id=msg_id).SerializeToString()
 
 
 class _Stream:
@@ -59,27 +60,42 @@ class Deliveries:
         self.streams: dict[str, set[_Stream]] = defaultdict(set)
         self.delivered = 0
         self.dropped = 0
+        self._refreshed: dict[str, float] = {}
+        """When each log's expiry was last set (by this process)."""
 
     def forget(self, sub_id: str) -> None:
         self.seq.pop(sub_id, None)
+        self._refreshed.pop(sub_id, None)
 
     async def on_round(self, rnd: Round) -> None:
         ds = rnd.deliveries
-        unknown = list({d.sub_id for d in ds if d.sub_id not in self.seq})
-        if unknown:
-            for s, last in zip(unknown, await self.md.last_sequences(unknown), strict=True):
-                self.seq.setdefault(s, last)
         seq = self.seq
         ephemeral = self.ephemeral
+        unknown = {d.sub_id for d in ds if d.sub_id not in seq}
+        if unknown:  # first delivery since start: continue the log's numbering
+            logged = [s for s in unknown if s not in ephemeral]
+            for s in unknown.difference(logged):
+                seq[s] = 0
+            if logged:
+                for s, last in zip(logged, await self.md.last_sequences(logged), strict=True):
+                    seq.setdefault(s, last)
         seqs: list[int] = []
         log = []
+        payloads: dict[str, bytes] = {}
+        refreshed = self._refreshed
+        stale = rnd.now - self.retention_s * REFRESH_SHARE
         for d in ds:
-            n = seq[d.sub_id] + 1
-            seq[d.sub_id] = n
+            sid = d.sub_id
+            n = seq[sid] + 1
+            seq[sid] = n
             seqs.append(n)
-            if d.sub_id not in ephemeral:
-                payload = d.payload if d.kind == 0 else _removal(d.msg_id)
-                log.append((d.sub_id, n, d.kind, payload, rnd.now))
+            if sid not in ephemeral:
+                refresh = refreshed.get(sid, -math.inf) < stale
+                if refresh:
+                    refreshed[sid] = rnd.now
+                if d.kind == 0:
+                    payloads[d.msg_id] = d.payload
+                log.append((sid, n, d.kind, d.msg_id, refresh))
         # Delivery messages are built only where someone takes them: a move's caller, a stream
         msgs: dict[str, pb.Message] = {}
         built: dict[int, pb.Delivery] = {}
@@ -107,7 +123,9 @@ class Deliveries:
                 op.future.set_result(None)
         self.delivered += len(ds)
         try:
-            await self.md.append_log(log, self.retention_max, self.retention_s)
+            await self.md.append_log(
+                log, payloads, rnd.now, self.retention_max, self.retention_s * (1 + REFRESH_SHARE)
+            )
         finally:
             if self.streams:
                 for i, d in enumerate(ds):

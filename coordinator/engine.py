@@ -166,9 +166,26 @@ class Engine:
     # ---- operations (each resolves when its round is done) ----------------------------------
     def publish(self, msg: Message, payload: bytes) -> asyncio.Future:
         """Returns a future of the number of subscriptions the message was delivered to."""
-        if msg.ttl and msg.id in self.live:
-            raise ValidationError("message.id", msg.id, "a live message already has this id")
-        return self._submit(Op("pub", msg, self._future(), payload))
+        return self.publish_many([msg], [payload], ["message"])[0]
+
+    def publish_many(
+        self, msgs: Sequence[Message], payloads: Sequence[bytes], fields: Sequence[str]
+    ) -> list[asyncio.Future]:
+        """Publish a batch in order, all or nothing: every message is checked before any is
+        queued. ``fields`` names each message in errors."""
+        if self._stopped:
+            raise UnavailableError("the coordinator is reloading or stopping; retry")
+        if len(self._pending) + len(msgs) > self.queue_max:
+            self.stats["rejected_overload"] += 1
+            raise OverloadedError(f"{len(self._pending)} operations waiting; retry later")
+        for m, f in zip(msgs, fields, strict=True):
+            if m.ttl and m.id in self.live:
+                raise ValidationError(f"{f}.id", m.id, "a live message already has this id")
+        loop = asyncio.get_running_loop()
+        ops = [Op("pub", m, loop.create_future(), p) for m, p in zip(msgs, payloads, strict=True)]
+        self._pending.extend(ops)
+        self._wake.set()
+        return [op.future for op in ops]
 
     def subscribe(self, sub: Subscription) -> asyncio.Future:
         return self._submit(Op("sub", sub, self._future()))

@@ -6,7 +6,10 @@ Keys (``{ns}`` is ``Settings.namespace``)::
     {ns}:sub:{id}         hash    sub (JSON, the workload form), shards ("0,2"), created, updated
     {ns}:ephemeral        set     subscriptions whose deliveries skip the log
     {ns}:partition_map    string  PartitionMap.to_json()
-    {ns}:log:{id}         stream  deliveries of {id}; entry id "{sequence}-0"; fields k, m, t
+    {ns}:log:{id}         stream  deliveries of {id}; entry id "{sequence}-0"; fields k (0 ADD,
+                                  1 REMOVE), i (message id), t (time)
+    {ns}:msg:{id}         string  a delivered message as published (pb.Message), kept for the
+                                  retention time; log entries refer to it by id
 
 Redis is the source of truth a restarted coordinator rebuilds the shards from. Writes are
 pipelined in batches; every write is an idempotent upsert. Key names and the encoding of a
@@ -22,6 +25,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from geopubsub.v1 import geopubsub_pb2 as pb
 from shard import metadata_codec as codec
 from shard.errors import UnavailableError
 from shard.model import Subscription
@@ -40,6 +44,44 @@ return {page[1], table.concat(out, '\\n')}
 """One page of ``iter_subscriptions``: (next cursor, the ``sub`` fields of the page's ids joined
 by line breaks; a JSON text holds none). Reads only; touches keys it does not declare, which a
 single Redis allows."""
+
+
+LOG_CHUNK = 4096
+"""Deliveries (or ids) per script call of the retention log."""
+APPEND_SCRIPT = b"""
+local logp, msgp, maxlen, ttl, t = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local n = tonumber(ARGV[6])
+local i = 7
+for _ = 1, n do
+  redis.call('SET', msgp .. ARGV[i], ARGV[i + 1], 'EX', ttl)
+  i = i + 2
+end
+while i <= #ARGV do
+  local key, kind = logp .. ARGV[i], tonumber(ARGV[i + 2])
+  redis.call('XADD', key, 'MAXLEN', '~', maxlen, ARGV[i + 1] .. '-0',
+             'k', kind % 2, 'i', ARGV[i + 3], 't', t)
+  if kind >= 2 then redis.call('EXPIRE', key, ttl) end
+  i = i + 4
+end
+return 1
+"""
+"""``append_log``: ARGV = log prefix, message prefix, maxlen, ttl, time, n, then n (message id,
+payload), then per delivery (sub id, sequence, kind + 2 if the log's expiry is refreshed,
+message id). Touches keys it does not declare, which a single Redis allows."""
+LAST_SEQ_SCRIPT = b"""
+local out = {}
+for i = 2, #ARGV do
+  local e = redis.call('XREVRANGE', ARGV[1] .. ARGV[i], '+', '-', 'COUNT', 1)
+  out[#out + 1] = e[1] and string.match(e[1][1], '^(%d+)') or '0'
+end
+return table.concat(out, ',')
+"""
+"""``last_sequences``: ARGV = log prefix, then ids; the last sequences joined by commas."""
+
+
+def removal_payload(msg_id: str) -> bytes:
+    """The Message of a REMOVE delivery: the id alone."""
+    return pb.Message(id=msg_id).SerializeToString()
 
 
 class Metadata:
@@ -135,43 +177,87 @@ class Metadata:
 
     # ---- delivery retention ----------------------------------------------------------------
     async def last_sequences(self, ids: Sequence[str]) -> list[int]:
-        """The last logged sequence of each subscription (0 if none)."""
-        pipe = self.r.pipeline(transaction=False)
-        for i in ids:
-            pipe.xrevrange(self.key("log", i), count=1)
-        out = []
-        for entries in await self._call(pipe.execute()):
-            out.append(int(entries[0][0].split(b"-")[0]) if entries else 0)
+        """The last logged sequence of each subscription (0 if none); one script call per
+        ``LOG_CHUNK`` ids."""
+        out: list[int] = []
+        prefix = self.key("log", "").encode()
+        for a in range(0, len(ids), LOG_CHUNK):
+            chunk = [prefix] + [i.encode() for i in ids[a : a + LOG_CHUNK]]
+            reply = await self._eval(LAST_SEQ_SCRIPT, chunk)
+            out.extend(int(x) for x in reply.split(b","))
         return out
 
     async def append_log(
         self,
-        entries: Sequence[tuple[str, int, int, bytes, float]],
+        deliveries: Sequence[tuple[str, int, int, str, bool]],
+        payloads: dict[str, bytes],
+        t: float,
         maxlen: int,
         ttl_s: float,
     ) -> None:
-        """Log deliveries (sub id, sequence, kind 0/1, message bytes, time) in one pipeline; each
-        log keeps about ``maxlen`` entries and disappears ``ttl_s`` after its last write."""
-        if not entries:
+        """Log one round's deliveries, (sub id, sequence, kind 0/1, message id, refresh the
+        log's expiry?), all at time ``t``, with the payloads of the messages ADDed (each stored
+        once, for ``ttl_s``). Each log keeps about ``maxlen`` entries and expires ``ttl_s``
+        after the last refresh. One script call per ``LOG_CHUNK`` deliveries, its command
+        packed here (redis-py packs argument by argument: that cost ~30 us per delivery)."""
+        if not deliveries:
             return
-        pipe = self.r.pipeline(transaction=False)
-        touched = set()
-        for sub_id, seq, kind, msg, t in entries:
-            k = self.key("log", sub_id)
-            pipe.xadd(k, {"k": kind, "m": msg, "t": repr(t)}, id=f"{seq}-0", maxlen=maxlen)
-            touched.add(k)
-        for k in touched:
-            pipe.expire(k, max(1, int(ttl_s)))
-        await self._call(pipe.execute())
+        ttl = b"%d" % max(1, int(ttl_s))
+        head = [
+            self.key("log", "").encode(),
+            self.key("msg", "").encode(),
+            b"%d" % maxlen,
+            ttl,
+            repr(t).encode(),
+        ]
+        for a in range(0, len(deliveries), LOG_CHUNK):
+            part = deliveries[a : a + LOG_CHUNK]
+            msgs = {m for _, _, kind, m, _ in part if kind == 0}
+            args = [*head, b"%d" % len(msgs)]
+            for m in msgs:
+                args += (m.encode(), payloads[m])
+            for sub_id, seq, kind, m, refresh in part:
+                args += (sub_id.encode(), b"%d" % seq, b"%d" % (kind + 2 * refresh), m.encode())
+            await self._eval(APPEND_SCRIPT, args)
 
     async def read_log(
         self, sub_id: str, after: int, count: int = 1000
     ) -> list[tuple[int, int, bytes, float]]:
-        """Logged deliveries with sequence > ``after``: (sequence, kind, message bytes, time)."""
+        """Logged deliveries with sequence > ``after``: (sequence, kind, message bytes, time); a
+        message whose stored payload has expired reads as its id alone."""
         rows = await self._call(
             self.r.xrange(self.key("log", sub_id), min=f"({after}-0", max="+", count=count)
         )
-        return [(int(i.split(b"-")[0]), int(f[b"k"]), f[b"m"], float(f[b"t"])) for i, f in rows]
+        ids = [f[b"i"] for _, f in rows if int(f[b"k"]) == 0]
+        stored = (
+            await self._call(self.r.mget([self.key("msg", i.decode()) for i in ids])) if ids else []
+        )
+        found = dict(zip(ids, stored, strict=True))
+        out = []
+        for i, f in rows:
+            kind = int(f[b"k"])
+            payload = found.get(f[b"i"]) if kind == 0 else None
+            if payload is None:
+                payload = removal_payload(f[b"i"].decode())
+            out.append((int(i.split(b"-")[0]), kind, payload, float(f[b"t"])))
+        return out
+
+    async def _eval(self, script: bytes, args: Sequence[bytes]):
+        """EVAL ``script`` with no keys and ``args``, the command packed in one piece."""
+        parts = [
+            b"*%d\r\n$4\r\nEVAL\r\n$%d\r\n%b\r\n$1\r\n0\r\n" % (len(args) + 3, len(script), script)
+        ]
+        parts += [b"$%d\r\n%b\r\n" % (len(a), a) for a in args]
+        pool = self.r.connection_pool
+        try:
+            conn = await pool.get_connection()
+            try:
+                await conn.send_packed_command(b"".join(parts))
+                return await conn.read_response()
+            finally:
+                await pool.release(conn)
+        except (RedisError, OSError) as exc:
+            raise UnavailableError(f"redis at {self.url}: {exc}") from None
 
     async def _call(self, awaitable):
         try:

@@ -42,6 +42,8 @@ STREAM_WINDOW = 4096
 """Requests of one PublishStream / LocationStream in flight before reading more (backpressure)."""
 PERSIST_EVERY_S = 1.0
 """Moved subscriptions' regions are written to Redis in batches this often."""
+MAX_PUBLISH_BATCH = 10_000
+"""Messages in one PublishRequest's ``messages``."""
 MAP_SAMPLE = 200_000
 """Subscription centres sampled to build a partition map."""
 
@@ -151,6 +153,17 @@ class Coordinator:
         self._dirty.add(sub_id)
 
 
+def _check_batch_ids(msgs: Sequence) -> None:
+    """A batch may not give one stored message's id twice (the second would be refused after
+    the first was accepted)."""
+    seen: set[str] = set()
+    for i, m in enumerate(msgs):
+        if m.ttl:
+            if m.id in seen:
+                raise ValidationError(f"messages[{i}].id", m.id, "given twice in the batch")
+            seen.add(m.id)
+
+
 def _centres(subs: Sequence[Subscription]) -> list[tuple[float, float]]:
     step = max(1, len(subs) // MAP_SAMPLE)
     out = []
@@ -214,21 +227,53 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
         out.ephemeral = request.id in self.app.deliveries.ephemeral
         return out
 
-    def _submit_publish(self, msg_pb: pb.Message):
-        msg = from_proto_message(msg_pb, default_id=Engine.new_message_id())
-        out = pb.Message()
-        out.CopyFrom(msg_pb)
-        out.id = msg.id
-        out.time = self.app.clock()
-        return msg.id, self.engine.publish(msg, out.SerializeToString())
+    def _submit_publish(self, request: pb.PublishRequest):
+        """Validate a PublishRequest whole, then hand its message(s) to the engine. Returns
+        (ids, futures, batch?)."""
+        batch = len(request.messages) > 0
+        if batch:
+            if request.HasField("message"):
+                raise ValidationError("message", "set", "give message or messages, not both")
+            if len(request.messages) > MAX_PUBLISH_BATCH:
+                raise ValidationError(
+                    "messages", len(request.messages), f"at most {MAX_PUBLISH_BATCH} per request"
+                )
+            protos = list(request.messages)
+            fields = [f"messages[{i}]" for i in range(len(protos))]
+        elif request.HasField("message"):
+            protos, fields = [request.message], ["message"]
+        else:
+            raise ValidationError("message", None, "required")
+        msgs = [
+            from_proto_message(m, default_id=Engine.new_message_id(), field=f)
+            for m, f in zip(protos, fields, strict=True)
+        ]
+        if batch:
+            _check_batch_ids(msgs)
+        now = self.app.clock()
+        payloads = []
+        for m, mp in zip(msgs, protos, strict=True):
+            out = pb.Message()
+            out.CopyFrom(mp)
+            out.id = m.id
+            out.time = now
+            payloads.append(out.SerializeToString())
+        futs = self.engine.publish_many(msgs, payloads, fields)
+        return [m.id for m in msgs], futs, batch
+
+    async def _published(self, submitted, context) -> pb.PublishResponse:
+        ids, futs, batch = submitted
+        limit = self.app.settings.deadline_s
+        # rounds finish in order: once the last message is answered, so is every other
+        await _within(futs[-1], context, limit)
+        matches = [await _within(f, context, limit) for f in futs]
+        if not batch:
+            return pb.PublishResponse(id=ids[0], matched=matches[0])
+        return pb.PublishResponse(matched=sum(matches), ids=ids, matches=matches)
 
     @grpc_errors
     async def Publish(self, request, context):
-        if not request.HasField("message"):
-            raise ValidationError("message", None, "required")
-        mid, fut = self._submit_publish(request.message)
-        matched = await _within(fut, context, self.app.settings.deadline_s)
-        return pb.PublishResponse(id=mid, matched=matched)
+        return await self._published(self._submit_publish(request), context)
 
     @grpc_errors
     async def PublishStream(self, request_iterator, context):
@@ -236,13 +281,10 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
         INVALID_ARGUMENT after the responses of every request before it."""
 
         async def submit(req):
-            if not req.HasField("message"):
-                raise ValidationError("message", None, "required")
-            return self._submit_publish(req.message)
+            return self._submit_publish(req)
 
-        async for mid, fut in _pipelined(request_iterator, submit):
-            matched = await _within(fut, context, self.app.settings.deadline_s)
-            yield pb.PublishResponse(id=mid, matched=matched)
+        async for submitted in _pipelined(request_iterator, submit):
+            yield await self._published(submitted, context)
 
     @grpc_errors
     async def UpdateLocation(self, request, context):

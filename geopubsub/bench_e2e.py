@@ -56,6 +56,13 @@ def register(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--data-dir", type=Path, default=Path(".geopubsub/bench-e2e"))
     p.add_argument("--shards", type=int, default=2)
     p.add_argument("--no-register", action="store_true", help="the subscriptions are registered")
+    p.add_argument(
+        "--register",
+        choices=("grpc", "load"),
+        default="grpc",
+        help="grpc: Subscribe calls; load: the bulk loader (Spark local[2]) then Reload "
+        "(the started cluster only)",
+    )
     p.add_argument("--in-flight", type=int, default=None, help="Subscribe calls in flight")
     p.add_argument(
         "--ephemeral",
@@ -64,6 +71,12 @@ def register(kinds: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--duration", type=float, default=10.0, help="(a): seconds of publishing")
     p.add_argument("--publishers", type=int, default=1, help="(a): parallel PublishStreams")
+    p.add_argument(
+        "--batch",
+        type=int,
+        default=1,
+        help="(a), (b): messages per PublishRequest (PublishRequest.messages when > 1)",
+    )
     p.add_argument("--streams", type=int, default=200, help="result streams read")
     p.add_argument("--rate", type=float, default=5000.0, help="(b): messages/s offered")
     p.add_argument("--latency-duration", type=float, default=10.0, help="(b): seconds")
@@ -237,7 +250,15 @@ async def phases(
         _log(f"(a) throughput: {args.publishers} unpaced PublishStream(s) for {args.duration:g} s")
         per = math.ceil(MAX_RATE * args.duration / args.publishers)
         pubs = [
-            Publisher(msgs, per, ttl=args.ttl, rate=None, prefix=prefix["a"], start=k * per)
+            Publisher(
+                msgs,
+                per,
+                ttl=args.ttl,
+                rate=None,
+                prefix=prefix["a"],
+                start=k * per,
+                batch=args.batch,
+            )
             for k in range(args.publishers)
         ]
         stop = asyncio.Event()
@@ -272,7 +293,9 @@ async def phases(
         # (b) latency at a fixed offered rate
         _log(f"(b) latency: {args.rate:,g} msgs/s offered for {args.latency_duration:g} s")
         nb = max(1, round(args.rate * args.latency_duration))
-        pub = Publisher(msgs, nb, ttl=args.ttl, rate=args.rate, prefix=prefix["b"])
+        pub = Publisher(
+            msgs, nb, ttl=args.ttl, rate=args.rate, prefix=prefix["b"], batch=args.batch
+        )
         timing.append(pub)
         s0 = await stats(control)
         profiler.start("b-latency")
@@ -350,7 +373,7 @@ def _validate(args) -> None:
     for name in ("duration", "rate", "latency_duration", "moves_duration", "step_deg"):
         if not getattr(args, name) > 0:
             raise ValidationError(f"--{name.replace('_', '-')}", getattr(args, name), "must be > 0")
-    for name in ("publishers", "shards"):
+    for name in ("publishers", "shards", "batch"):
         if getattr(args, name) < 1:
             raise ValidationError(f"--{name}", getattr(args, name), "must be >= 1")
     for name in ("streams", "live"):
@@ -358,6 +381,10 @@ def _validate(args) -> None:
             raise ValidationError(f"--{name}", getattr(args, name), "must be >= 0")
     if not args.ttl >= 0:
         raise ValidationError("--ttl", args.ttl, "must be >= 0")
+    if args.register == "load" and (args.target or args.ephemeral):
+        raise ValidationError(
+            "--register", "load", "loads a cluster it starts (no --target), not --ephemeral"
+        )
     for name in ("subs", "msgs"):
         if not getattr(args, name).exists():
             raise ValidationError(f"--{name}", str(getattr(args, name)), "no such file")
@@ -405,7 +432,11 @@ def run(args) -> int:
                 cluster = _start(args)
                 target = cluster.target
             report["target"] = target
-            if not args.no_register:
+            if not args.no_register and args.register == "load":
+                from geopubsub.register import bulk_load
+
+                report["registration"] = bulk_load(args.subs, cluster, _log)
+            elif not args.no_register:
                 in_flight = args.in_flight or DEFAULT_IN_FLIGHT
                 _log(f"registering {len(subs):,} subscriptions ({in_flight} calls in flight) ...")
                 reg = asyncio.run(

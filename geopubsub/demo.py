@@ -27,7 +27,6 @@ import json
 import math
 import os
 import shutil
-import signal
 import sys
 import time
 from collections import defaultdict
@@ -43,7 +42,7 @@ from geopubsub.oracle_check import (
     check_static,
 )
 from shard.brute import BruteMatcher
-from shard.errors import UnavailableError, ValidationError
+from shard.errors import ValidationError
 from shard.model import Message, Point, Rect, Subscription
 from shard.workload import read_messages, read_subscriptions
 
@@ -712,49 +711,6 @@ def run(args: argparse.Namespace) -> int:
     return 1 if bad or r["registration"]["rejected"] else 0
 
 
-def bulk_load(subs_file: Path, cluster, progress: Progress) -> dict:
-    """Step 3 with the bulk loader: Spark ``local[2]`` into the cluster's Redis, then ``Reload``."""
-    from geopubsub.load_cli import request_reload
-    from loader.job import run as load_run
-    from loader.job import spark_session
-
-    progress.say(f"registration  bulk load of {subs_file} with Spark local[2] ...")
-    t0 = time.perf_counter()
-    sigint = signal.getsignal(signal.SIGINT)  # SparkContext installs its own and leaves it
-    spark = spark_session("local[2]")
-    try:
-        summary = load_run(
-            spark,
-            [str(subs_file)],
-            redis_url=cluster.redis_url,
-            namespace=cluster.settings.namespace,
-            shards=cluster.settings.shards,
-            fmt="jsonl",
-            progress=lambda line: progress.say("              " + line.replace("\n", "\n  ")),
-        )
-    finally:
-        spark.stop()
-        signal.signal(signal.SIGINT, sigint)
-    loaded_s = time.perf_counter() - t0
-    progress.say("              the coordinator reloads its shards from Redis ...")
-    if not request_reload(cluster.target):
-        raise UnavailableError(f"the coordinator at {cluster.target} has no Reload RPC")
-    seconds = time.perf_counter() - t0
-    progress.say(
-        f"              {summary.loaded:,} loaded in {loaded_s:.1f} s, serving after "
-        f"{seconds:.1f} s ({summary.loaded / seconds:,.0f}/s)"
-    )
-    return {
-        "via": "loader",
-        "registered": summary.loaded,
-        "rejected": summary.rejected,
-        "per_shard": {str(k): v for k, v in summary.per_shard.items()},
-        "load_s": round(loaded_s, 2),
-        "seconds": round(seconds, 2),
-        "subscribe_per_s": round(summary.loaded / seconds, 1) if seconds > 0 else 0.0,
-    }
-
-
 def register_grpc(target: str, subs: list[Subscription], args, progress: Progress) -> dict:
     """Step 3 with one Subscribe call per subscription, many in flight."""
     from geopubsub.register import DEFAULT_IN_FLIGHT, register_subscriptions
@@ -788,7 +744,9 @@ def _run(
     subs = list(read_subscriptions(work / "subs.jsonl"))
     msgs = list(read_messages(work / "msgs.jsonl"))
     if args.register == "load":
-        reg = bulk_load(work / "subs.jsonl", cluster, progress)
+        from geopubsub.register import bulk_load
+
+        reg = bulk_load(work / "subs.jsonl", cluster, progress.say)
     else:
         reg = register_grpc(target, subs, args, progress)
     plan = make_plan(subs, msgs, args)

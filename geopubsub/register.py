@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -25,7 +26,7 @@ from coordinator.convert import to_proto_subscription
 from geopubsub.client import CHANNEL_OPTIONS
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
-from shard.errors import ValidationError
+from shard.errors import UnavailableError, ValidationError
 from shard.model import Subscription
 from shard.workload import read_subscriptions
 
@@ -210,3 +211,47 @@ def run(args: argparse.Namespace) -> int:
         f"in {report.seconds:.1f} s ({report.per_s:,.0f}/s); {report.rejected:,} rejected"
     )
     return 0 if report.rejected == 0 else 2
+
+
+def bulk_load(subs_file: Path, cluster, say: Callable[[str], None]) -> dict:
+    """Register a workload file with the bulk loader: Spark ``local[2]`` into the Redis of
+    ``cluster`` (a ``deploy.local`` cluster), then the coordinator's ``Reload``."""
+    from geopubsub.load_cli import request_reload
+    from loader.job import run as load_run
+    from loader.job import spark_session
+
+    say(f"registration  bulk load of {subs_file} with Spark local[2] ...")
+    t0 = time.perf_counter()
+    sigint = signal.getsignal(signal.SIGINT)  # SparkContext installs its own and leaves it
+    spark = spark_session("local[2]")
+    try:
+        summary = load_run(
+            spark,
+            [str(subs_file)],
+            redis_url=cluster.redis_url,
+            namespace=cluster.settings.namespace,
+            shards=cluster.settings.shards,
+            fmt="jsonl",
+            progress=lambda line: say("              " + line.replace("\n", "\n  ")),
+        )
+    finally:
+        spark.stop()
+        signal.signal(signal.SIGINT, sigint)
+    loaded_s = time.perf_counter() - t0
+    say("              the coordinator reloads its shards from Redis ...")
+    if not request_reload(cluster.target):
+        raise UnavailableError(f"the coordinator at {cluster.target} has no Reload RPC")
+    seconds = time.perf_counter() - t0
+    say(
+        f"              {summary.loaded:,} loaded in {loaded_s:.1f} s, serving after "
+        f"{seconds:.1f} s ({summary.loaded / seconds:,.0f}/s)"
+    )
+    return {
+        "via": "loader",
+        "registered": summary.loaded,
+        "rejected": summary.rejected,
+        "per_shard": {str(k): v for k, v in summary.per_shard.items()},
+        "load_s": round(loaded_s, 2),
+        "seconds": round(seconds, 2),
+        "subscribe_per_s": round(summary.loaded / seconds, 1) if seconds > 0 else 0.0,
+    }

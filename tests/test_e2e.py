@@ -369,3 +369,90 @@ def test_reload_serves_subscriptions_written_to_redis_behind_its_back(ray_sessio
             assert stats.subscriptions == len(subs)
 
     run(main())
+
+
+def test_batched_publish_equals_the_oracle_and_a_bad_batch_publishes_nothing(
+    ray_session, redis_url
+):
+    rng = random.Random(23)
+    subs = [random_subscription(rng, f"s{i}") for i in range(80)]
+    msgs = [random_message(rng, f"m{i}") for i in range(120)]
+
+    async def main():
+        async with Cluster(_settings(redis_url, uuid.uuid4().hex)) as c:
+            for s in subs:
+                await c.stub.Subscribe(pb.SubscribeRequest(subscription=to_proto_subscription(s)))
+
+            async def requests():  # batches of 1..40, and single messages between them
+                i = 0
+                while i < len(msgs):
+                    k = rng.randint(1, 40)
+                    if k == 1:
+                        yield pb.PublishRequest(message=to_proto_message(msgs[i]))
+                    else:
+                        yield pb.PublishRequest(
+                            messages=[to_proto_message(m) for m in msgs[i : i + k]]
+                        )
+                    i += k
+
+            responses = [r async for r in c.stub.PublishStream(requests())]
+            ids = [i for r in responses for i in (r.ids or [r.id])]
+            matches = [x for r in responses for x in (r.matches if r.ids else [r.matched])]
+            assert ids == [m.id for m in msgs]
+            want = [sum(subscription_matches(s, m) for s in subs) for m in msgs]
+            assert matches == want
+            assert sum(r.matched for r in responses) == sum(want)
+            streams = await asyncio.gather(*(_collect(c.stub, s.id) for s in subs))
+            for s, got in zip(subs, streams, strict=True):
+                assert [d.message.id for d in got] == [
+                    m.id for m in msgs if subscription_matches(s, m)
+                ]
+                assert [d.sequence for d in got] == list(range(1, len(got) + 1))
+
+            before = (await c.stub.GetStats(pb.GetStatsRequest())).published
+            good = to_proto_message(Message("g", ("x",), Point(0, 0)))
+            bad = pb.Message(id="b", keywords=["x"], point=pb.Point(lon=200, lat=0))
+            cases = [
+                (
+                    pb.PublishRequest(messages=[good, good, good, bad]),
+                    "messages[3].point.lon=200.0",
+                ),
+                (pb.PublishRequest(message=good, messages=[good]), "not both"),
+                (pb.PublishRequest(messages=[good] * 10_001), "messages=10001"),
+                (pb.PublishRequest(), "message=None"),
+            ]
+            for req, field in cases:
+                with pytest.raises(grpc.aio.AioRpcError) as e:
+                    await c.stub.Publish(req)
+                assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                assert field in e.value.details()
+            stored = to_proto_message(Message("dup", ("x",), Point(0, 0), ttl=60.0))
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await c.stub.Publish(pb.PublishRequest(messages=[stored, stored]))
+            assert "messages[1].id=" in e.value.details()
+            assert (await c.stub.GetStats(pb.GetStatsRequest())).published == before
+
+    run(main())
+
+
+def test_the_log_stores_a_message_once_and_reads_an_expired_one_as_its_id(redis_url):
+    from coordinator.metadata import Metadata
+
+    async def main():
+        md = Metadata(redis_url, uuid.uuid4().hex)
+        try:
+            payload = to_proto_message(Message("m", ("x",), Point(1, 2))).SerializeToString()
+            rows = [("a", 1, 0, "m", True), ("b", 7, 0, "m", True), ("a", 2, 1, "m", False)]
+            await md.append_log(rows, {"m": payload}, 5.0, 100, 60.0)
+            assert await md.last_sequences(["a", "b", "c"]) == [2, 7, 0]
+            removal = pb.Message(id="m").SerializeToString()
+            assert await md.read_log("a", 0) == [(1, 0, payload, 5.0), (2, 1, removal, 5.0)]
+            assert await md.read_log("b", 6) == [(7, 0, payload, 5.0)]
+            assert await md.r.ttl(md.key("log", "a")) > 0
+            assert await md.r.ttl(md.key("msg", "m")) > 0
+            await md.r.delete(md.key("msg", "m"))
+            assert await md.read_log("b", 0) == [(7, 0, removal, 5.0)]
+        finally:
+            await md.close()
+
+    run(main())

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cgeopubsub/v1/geopubsub.proto\x12\x0cgeopubsub.v1\"!\n\x05Point\x12\x0b\n\x03lon\x18\x01 \x01(\x01\x12\x0b\n\x03lat\x18\x02 \x01(\x01\"J\n\x04Rect\x12\x0f\n\x07min_lon\x18\x01 \x01(\x01\x12\x0f\n\x07min_lat\x18\x02 \x01(\x01\x12\x0f\n\x07max_lon\x18\x03 \x01(\x01\x12\x0f\n\x07max_lat\x18\x04 \x01(\x01\"4\n\x06\x43ircle\x12\x0b\n\x03lon\x18\x01 \x01(\x01\x12\x0b\n\x03lat\x18\x02 \x01(\x01\x12\x10\n\x08radius_m\x18\x03 \x01(\x01\"\xb3\x01\n\x0cSubscription\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08keywords\x18\x02 \x03(\t\x12\x0c\n\x04\x65xpr\x18\x03 \x01(\t\x12\"\n\x04rect\x18\x04 \x01(\x0b\x32\x12.geopubsub.v1.RectH\x00\x12&\n\x06\x63ircle\x18\x05 \x01(\x0b\x32\x14.geopubsub.v1.CircleH\x00\x12\x0e\n\x06moving\x18\x06 \x01(\x08\x12\x11\n\tephemeral\x18\x07 \x01(\x08\x42\x08\n\x06region\"\xa8\x01\n\x07Message\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08keywords\x18\x02 \x03(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12$\n\x05point\x18\x04 \x01(\x0b\x32\x13.geopubsub.v1.PointH\x00\x12\"\n\x04rect\x18\x05 \x01(\x0b\x32\x12.geopubsub.v1.RectH\x00\x12\r\n\x05ttl_s\x18\x06 \x01(\x01\x12\x0c\n\x04time\x18\x07 \x01(\x01\x42\n\n\x08location\"\xb3\x01\n\x08\x44\x65livery\x12\x17\n\x0fsubscription_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12)\n\x04kind\x18\x03 \x01(\x0e\x32\x1b.geopubsub.v1.Delivery.Kind\x12&\n\x07message\x18\x04 \x01(\x0b\x32\x15.geopubsub.v1.Message\x12\x0c\n\x04time\x18\x05 \x01(\x01\"\x1b\n\x04Kind\x12\x07\n\x03\x41\x44\x44\x10\x00\x12\n\n\x06REMOVE\x10\x01\"D\n\x10SubscribeRequest\x12\x30\n\x0csubscription\x18\x01 \x01(\x0b\x32\x1a.geopubsub.v1.Subscription\"\x1f\n\x11SubscribeResponse\x12\n\n\x02id\x18\x01 \x01(\t\" \n\x12UnsubscribeRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\x15\n\x13UnsubscribeResponse\"$\n\x16GetSubscriptionRequest\x12\n\n\x02id\x18\x01 \x01(\t\"8\n\x0ePublishRequest\x12&\n\x07message\x18\x01 \x01(\x0b\x32\x15.geopubsub.v1.Message\".\n\x0fPublishResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07matched\x18\x02 \x01(\r\"G\n\x15UpdateLocationRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\"\n\x05point\x18\x02 \x01(\x0b\x32\x13.geopubsub.v1.Point\"A\n\x16UpdateLocationResponse\x12\'\n\x07updates\x18\x01 \x03(\x0b\x32\x16.geopubsub.v1.Delivery\":\n\x14StreamResultsRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x04\"\x11\n\x0fGetStatsRequest\"\x0f\n\rReloadRequest\"\'\n\x0eReloadResponse\x12\x15\n\rsubscriptions\x18\x01 \x01(\x04\"I\n\nShardStats\x12\r\n\x05shard\x18\x01 \x01(\r\x12\x15\n\rsubscriptions\x18\x02 \x01(\x04\x12\x15\n\rlive_messages\x18\x03 \x01(\x04\"\xd2\x01\n\x05Stats\x12\x15\n\rsubscriptions\x18\x01 \x01(\x04\x12\x1c\n\x14moving_subscriptions\x18\x02 \x01(\x04\x12\x15\n\rlive_messages\x18\x03 \x01(\x04\x12\x11\n\tpublished\x18\x04 \x01(\x04\x12\x12\n\ndeliveries\x18\x05 \x01(\x04\x12\x1a\n\x12\x64ropped_deliveries\x18\x06 \x01(\x04\x12(\n\x06shards\x18\x07 \x03(\x0b\x32\x18.geopubsub.v1.ShardStats\x12\x10\n\x08uptime_s\x18\x08 \x01(\x01\x32\xa0\x06\n\tGeoPubSub\x12L\n\tSubscribe\x12\x1e.geopubsub.v1.SubscribeRequest\x1a\x1f.geopubsub.v1.SubscribeResponse\x12R\n\x0bUnsubscribe\x12 .geopubsub.v1.UnsubscribeRequest\x1a!.geopubsub.v1.UnsubscribeResponse\x12S\n\x0fGetSubscription\x12$.geopubsub.v1.GetSubscriptionRequest\x1a\x1a.geopubsub.v1.Subscription\x12\x46\n\x07Publish\x12\x1c.geopubsub.v1.PublishRequest\x1a\x1d.geopubsub.v1.PublishResponse\x12P\n\rPublishStream\x12\x1c.geopubsub.v1.PublishRequest\x1a\x1d.geopubsub.v1.PublishResponse(\x01\x30\x01\x12[\n\x0eUpdateLocation\x12#.geopubsub.v1.UpdateLocationRequest\x1a$.geopubsub.v1.UpdateLocationResponse\x12Q\n\x0eLocationStream\x12#.geopubsub.v1.UpdateLocationRequest\x1a\x16.geopubsub.v1.Delivery(\x01\x30\x01\x12M\n\rStreamResults\x12\".geopubsub.v1.StreamResultsRequest\x1a\x16.geopubsub.v1.Delivery0\x01\x12>\n\x08GetStats\x12\x1d.geopubsub.v1.GetStatsRequest\x1a\x13.geopubsub.v1.Stats\x12\x43\n\x06Reload\x12\x1b.geopubsub.v1.ReloadRequest\x1a\x1c.geopubsub.v1.ReloadResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cgeopubsub/v1/geopubsub.proto\x12\x0cgeopubsub.v1\"!\n\x05Point\x12\x0b\n\x03lon\x18\x01 \x01(\x01\x12\x0b\n\x03lat\x18\x02 \x01(\x01\"J\n\x04Rect\x12\x0f\n\x07min_lon\x18\x01 \x01(\x01\x12\x0f\n\x07min_lat\x18\x02 \x01(\x01\x12\x0f\n\x07max_lon\x18\x03 \x01(\x01\x12\x0f\n\x07max_lat\x18\x04 \x01(\x01\"4\n\x06\x43ircle\x12\x0b\n\x03lon\x18\x01 \x01(\x01\x12\x0b\n\x03lat\x18\x02 \x01(\x01\x12\x10\n\x08radius_m\x18\x03 \x01(\x01\"\xb3\x01\n\x0cSubscription\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08keywords\x18\x02 \x03(\t\x12\x0c\n\x04\x65xpr\x18\x03 \x01(\t\x12\"\n\x04rect\x18\x04 \x01(\x0b\x32\x12.geopubsub.v1.RectH\x00\x12&\n\x06\x63ircle\x18\x05 \x01(\x0b\x32\x14.geopubsub.v1.CircleH\x00\x12\x0e\n\x06moving\x18\x06 \x01(\x08\x12\x11\n\tephemeral\x18\x07 \x01(\x08\x42\x08\n\x06region\"\xa8\x01\n\x07Message\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08keywords\x18\x02 \x03(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12$\n\x05point\x18\x04 \x01(\x0b\x32\x13.geopubsub.v1.PointH\x00\x12\"\n\x04rect\x18\x05 \x01(\x0b\x32\x12.geopubsub.v1.RectH\x00\x12\r\n\x05ttl_s\x18\x06 \x01(\x01\x12\x0c\n\x04time\x18\x07 \x01(\x01\x42\n\n\x08location\"\xb3\x01\n\x08\x44\x65livery\x12\x17\n\x0fsubscription_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12)\n\x04kind\x18\x03 \x01(\x0e\x32\x1b.geopubsub.v1.Delivery.Kind\x12&\n\x07message\x18\x04 \x01(\x0b\x32\x15.geopubsub.v1.Message\x12\x0c\n\x04time\x18\x05 \x01(\x01\"\x1b\n\x04Kind\x12\x07\n\x03\x41\x44\x44\x10\x00\x12\n\n\x06REMOVE\x10\x01\"D\n\x10SubscribeRequest\x12\x30\n\x0csubscription\x18\x01 \x01(\x0b\x32\x1a.geopubsub.v1.Subscription\"\x1f\n\x11SubscribeResponse\x12\n\n\x02id\x18\x01 \x01(\t\" \n\x12UnsubscribeRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\x15\n\x13UnsubscribeResponse\"$\n\x16GetSubscriptionRequest\x12\n\n\x02id\x18\x01 \x01(\t\"a\n\x0ePublishRequest\x12&\n\x07message\x18\x01 \x01(\x0b\x32\x15.geopubsub.v1.Message\x12\'\n\x08messages\x18\x02 \x03(\x0b\x32\x15.geopubsub.v1.Message\"L\n\x0fPublishResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07matched\x18\x02 \x01(\r\x12\x0b\n\x03ids\x18\x03 \x03(\t\x12\x0f\n\x07matches\x18\x04 \x03(\r\"G\n\x15UpdateLocationRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\"\n\x05point\x18\x02 \x01(\x0b\x32\x13.geopubsub.v1.Point\"A\n\x16UpdateLocationResponse\x12\'\n\x07updates\x18\x01 \x03(\x0b\x32\x16.geopubsub.v1.Delivery\":\n\x14StreamResultsRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x04\"\x11\n\x0fGetStatsRequest\"\x0f\n\rReloadRequest\"\'\n\x0eReloadResponse\x12\x15\n\rsubscriptions\x18\x01 \x01(\x04\"I\n\nShardStats\x12\r\n\x05shard\x18\x01 \x01(\r\x12\x15\n\rsubscriptions\x18\x02 \x01(\x04\x12\x15\n\rlive_messages\x18\x03 \x01(\x04\"\xd2\x01\n\x05Stats\x12\x15\n\rsubscriptions\x18\x01 \x01(\x04\x12\x1c\n\x14moving_subscriptions\x18\x02 \x01(\x04\x12\x15\n\rlive_messages\x18\x03 \x01(\x04\x12\x11\n\tpublished\x18\x04 \x01(\x04\x12\x12\n\ndeliveries\x18\x05 \x01(\x04\x12\x1a\n\x12\x64ropped_deliveries\x18\x06 \x01(\x04\x12(\n\x06shards\x18\x07 \x03(\x0b\x32\x18.geopubsub.v1.ShardStats\x12\x10\n\x08uptime_s\x18\x08 \x01(\x01\x32\xa0\x06\n\tGeoPubSub\x12L\n\tSubscribe\x12\x1e.geopubsub.v1.SubscribeRequest\x1a\x1f.geopubsub.v1.SubscribeResponse\x12R\n\x0bUnsubscribe\x12 .geopubsub.v1.UnsubscribeRequest\x1a!.geopubsub.v1.UnsubscribeResponse\x12S\n\x0fGetSubscription\x12$.geopubsub.v1.GetSubscriptionRequest\x1a\x1a.geopubsub.v1.Subscription\x12\x46\n\x07Publish\x12\x1c.geopubsub.v1.PublishRequest\x1a\x1d.geopubsub.v1.PublishResponse\x12P\n\rPublishStream\x12\x1c.geopubsub.v1.PublishRequest\x1a\x1d.geopubsub.v1.PublishResponse(\x01\x30\x01\x12[\n\x0eUpdateLocation\x12#.geopubsub.v1.UpdateLocationRequest\x1a$.geopubsub.v1.UpdateLocationResponse\x12Q\n\x0eLocationStream\x12#.geopubsub.v1.UpdateLocationRequest\x1a\x16.geopubsub.v1.Delivery(\x01\x30\x01\x12M\n\rStreamResults\x12\".geopubsub.v1.StreamResultsRequest\x1a\x16.geopubsub.v1.Delivery0\x01\x12>\n\x08GetStats\x12\x1d.geopubsub.v1.GetStatsRequest\x1a\x13.geopubsub.v1.Stats\x12\x43\n\x06Reload\x12\x1b.geopubsub.v1.ReloadRequest\x1a\x1c.geopubsub.v1.ReloadResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -56,25 +56,25 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETSUBSCRIPTIONREQUEST']._serialized_start=906
   _globals['_GETSUBSCRIPTIONREQUEST']._serialized_end=942
   _globals['_PUBLISHREQUEST']._serialized_start=944
-  _globals['_PUBLISHREQUEST']._serialized_end=1000
-  _globals['_PUBLISHRESPONSE']._serialized_start=1002
-  _globals['_PUBLISHRESPONSE']._serialized_end=1048
-  _globals['_UPDATELOCATIONREQUEST']._serialized_start=1050
-  _globals['_UPDATELOCATIONREQUEST']._serialized_end=1121
-  _globals['_UPDATELOCATIONRESPONSE']._serialized_start=1123
-  _globals['_UPDATELOCATIONRESPONSE']._serialized_end=1188
-  _globals['_STREAMRESULTSREQUEST']._serialized_start=1190
-  _globals['_STREAMRESULTSREQUEST']._serialized_end=1248
-  _globals['_GETSTATSREQUEST']._serialized_start=1250
-  _globals['_GETSTATSREQUEST']._serialized_end=1267
-  _globals['_RELOADREQUEST']._serialized_start=1269
-  _globals['_RELOADREQUEST']._serialized_end=1284
-  _globals['_RELOADRESPONSE']._serialized_start=1286
-  _globals['_RELOADRESPONSE']._serialized_end=1325
-  _globals['_SHARDSTATS']._serialized_start=1327
-  _globals['_SHARDSTATS']._serialized_end=1400
-  _globals['_STATS']._serialized_start=1403
-  _globals['_STATS']._serialized_end=1613
-  _globals['_GEOPUBSUB']._serialized_start=1616
-  _globals['_GEOPUBSUB']._serialized_end=2416
+  _globals['_PUBLISHREQUEST']._serialized_end=1041
+  _globals['_PUBLISHRESPONSE']._serialized_start=1043
+  _globals['_PUBLISHRESPONSE']._serialized_end=1119
+  _globals['_UPDATELOCATIONREQUEST']._serialized_start=1121
+  _globals['_UPDATELOCATIONREQUEST']._serialized_end=1192
+  _globals['_UPDATELOCATIONRESPONSE']._serialized_start=1194
+  _globals['_UPDATELOCATIONRESPONSE']._serialized_end=1259
+  _globals['_STREAMRESULTSREQUEST']._serialized_start=1261
+  _globals['_STREAMRESULTSREQUEST']._serialized_end=1319
+  _globals['_GETSTATSREQUEST']._serialized_start=1321
+  _globals['_GETSTATSREQUEST']._serialized_end=1338
+  _globals['_RELOADREQUEST']._serialized_start=1340
+  _globals['_RELOADREQUEST']._serialized_end=1355
+  _globals['_RELOADRESPONSE']._serialized_start=1357
+  _globals['_RELOADRESPONSE']._serialized_end=1396
+  _globals['_SHARDSTATS']._serialized_start=1398
+  _globals['_SHARDSTATS']._serialized_end=1471
+  _globals['_STATS']._serialized_start=1474
+  _globals['_STATS']._serialized_end=1684
+  _globals['_GEOPUBSUB']._serialized_start=1687
+  _globals['_GEOPUBSUB']._serialized_end=2487
 # @@protoc_insertion_point(module_scope)

@@ -122,18 +122,24 @@ class GetSubscriptionRequest(_message.Message):
     def __init__(self, id: _Optional[str] = ...) -> None: ...
 
 class PublishRequest(_message.Message):
-    __slots__ = ("message",)
+    __slots__ = ("message", "messages")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
     message: Message
-    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ...) -> None: ...
+    messages: _containers.RepeatedCompositeFieldContainer[Message]
+    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
 
 class PublishResponse(_message.Message):
-    __slots__ = ("id", "matched")
+    __slots__ = ("id", "matched", "ids", "matches")
     ID_FIELD_NUMBER: _ClassVar[int]
     MATCHED_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    MATCHES_FIELD_NUMBER: _ClassVar[int]
     id: str
     matched: int
-    def __init__(self, id: _Optional[str] = ..., matched: _Optional[int] = ...) -> None: ...
+    ids: _containers.RepeatedScalarFieldContainer[str]
+    matches: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, id: _Optional[str] = ..., matched: _Optional[int] = ..., ids: _Optional[_Iterable[str]] = ..., matches: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class UpdateLocationRequest(_message.Message):
     __slots__ = ("id", "point")
