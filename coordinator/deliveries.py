@@ -1,8 +1,9 @@
 """The delivery stage: sequence numbers, the Redis retention log and the live result streams.
 
 For every round (in order) it numbers each subscription's deliveries 1, 2, 3, … (continuing
-from the log after a restart), answers the round's callers, writes the deliveries to the log in
-one pipeline and only then offers them to the open streams. A stream registers before it reads
+from the log after a restart) and answers the round's callers; a writer task behind it (at most
+``WRITE_QUEUE`` rounds behind: backpressure) writes each round's deliveries to the log in one
+script call and only then offers them to the open streams. A stream registers before it reads
 the log, so a delivery is either in the log when the stream reads it or reaches the stream's
 buffer afterwards: a resumed stream misses nothing and, skipping sequences it has seen, repeats
 nothing. A stream's buffer is bounded; when a slow consumer lets it fill, new deliveries are
@@ -13,6 +14,8 @@ waits for a consumer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import math
 import time
 from collections import defaultdict
@@ -23,7 +26,10 @@ from coordinator.engine import Round
 from coordinator.metadata import Metadata
 from geopubsub.v1 import geopubsub_pb2 as pb
 
+_log = logging.getLogger(__name__)
 LOG_READ_BATCH = 1000
+WRITE_QUEUE = 4
+"""Rounds numbered and answered but not yet logged; a full queue holds up the next round."""
 REFRESH_SHARE = 0.25
 """A log's expiry is set again only once this share of the retention time has passed since it was
 last set, not on every write; it is set to (1 + this share) x the retention time, so a log (and a
@@ -60,6 +66,10 @@ class Deliveries:
         self.streams: dict[str, set[_Stream]] = defaultdict(set)
         self.delivered = 0
         self.dropped = 0
+        self.unlogged = 0
+        """Deliveries the log could not take (Redis unreachable)."""
+        self._written: asyncio.Queue = asyncio.Queue(WRITE_QUEUE)
+        self._writer: asyncio.Task | None = None
         self._refreshed: dict[str, float] = {}
         """When each log's expiry was last set (by this process)."""
 
@@ -122,21 +132,46 @@ class Deliveries:
             else:
                 op.future.set_result(None)
         self.delivered += len(ds)
-        try:
-            await self.md.append_log(
-                log, payloads, rnd.now, self.retention_max, self.retention_s * (1 + REFRESH_SHARE)
-            )
-        finally:
-            if self.streams:
-                for i, d in enumerate(ds):
-                    for st in self.streams.get(d.sub_id, ()):
-                        if st.overflowed:
-                            continue
-                        try:
-                            st.queue.put_nowait(delivery(i))
-                        except asyncio.QueueFull:
-                            st.overflowed = True
-                            self.dropped += 1
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._write_loop())
+        await self._written.put((rnd.now, ds, log, payloads, delivery))
+
+    async def _write_loop(self) -> None:
+        """Rounds in order: the retention log first, then the open streams."""
+        while True:
+            now, ds, log, payloads, delivery = await self._written.get()
+            try:
+                await self.md.append_log(
+                    log, payloads, now, self.retention_max, self.retention_s * (1 + REFRESH_SHARE)
+                )
+            except Exception:  # Redis away: these deliveries are not retained (counted)
+                self.unlogged += len(log)
+                _log.warning("could not log %d deliveries", len(log), exc_info=True)
+            finally:
+                self._offer(ds, delivery)
+                self._written.task_done()
+
+    def _offer(self, ds, delivery) -> None:
+        if not self.streams:
+            return
+        for i, d in enumerate(ds):
+            for st in self.streams.get(d.sub_id, ()):
+                if st.overflowed:
+                    continue
+                try:
+                    st.queue.put_nowait(delivery(i))
+                except asyncio.QueueFull:
+                    st.overflowed = True
+                    self.dropped += 1
+
+    async def drain(self) -> None:
+        """Wait until every round handed over is logged and offered, then stop the writer."""
+        if self._writer is not None and not self._writer.done():
+            await self._written.join()
+            self._writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._writer
+        self._writer = None
 
     async def stream(self, sub_id: str, after: int) -> AsyncIterator[pb.Delivery]:
         """Deliveries of ``sub_id`` with sequence > ``after``: the retained ones from the log,

@@ -2,9 +2,11 @@
 shards' updates into exact per-subscription deliveries.
 
 A *round* takes the operations waiting (at most ``batch_max`` per shard, or whatever arrived
-within ``batch_delay_ms`` of the first), reads the clock once (``now``), sends every shard one
-``apply(ops, now)`` call with its share, in arrival order, and waits for all of them. Each shard
-first advances to ``now`` (expirations) and then applies its ops, returning the updates of each.
+within ``batch_delay_ms`` of the first), reads the clock once (``now``) and sends every shard one
+``apply(ops, now)`` call with its share, in arrival order. Each shard first advances to ``now``
+(expirations) and then applies its ops, returning the updates of each. Up to
+``ROUNDS_IN_FLIGHT`` rounds are at the shards at once (routing the next while the shards work);
+they are finished (merged, handed to ``on_round``) in the order they were sent.
 
 Routing (``shard.partition_map``): a point message goes to the shard owning the point, a region
 message to every shard its box meets; a subscription lives on every shard its region's box
@@ -22,6 +24,7 @@ exactly the ± difference the in-process AP+-Tree gives.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import heapq
 import logging
@@ -43,6 +46,8 @@ log = logging.getLogger(__name__)
 Update = tuple[str, str, str]
 """(subscription id, "+" | "-", message id) as the shards return them."""
 
+ROUNDS_IN_FLIGHT = 3
+"""Rounds sent to the shards and not yet finished; later rounds are routed meanwhile."""
 DEFAULT_TICK_S = 0.25
 """Longest time between rounds while messages are live, so that expirations are delivered."""
 
@@ -78,6 +83,19 @@ class Delivered:
     kind: int  # 0 ADD, 1 REMOVE
     msg_id: str
     payload: bytes  # the Message, serialized (empty for REMOVE)
+
+
+@dataclass(slots=True)
+class _Sent:
+    """A round sent to the shards: its operations, where each went (shard, index in that
+    shard's share), the shares, the shards called, its clock and the calls' results."""
+
+    ops: list[Op]
+    where: list[list[tuple[int, int]]]
+    per: list[list[tuple]]
+    ks: list[int]
+    now: float
+    results: asyncio.Future
 
 
 @dataclass(slots=True)
@@ -225,38 +243,71 @@ class Engine:
 
     # ---- the round loop --------------------------------------------------------------------
     async def _loop(self) -> None:
-        while True:
-            if not self._pending:
-                self._wake.clear()
-                timeout = self.tick_s if self.live else None
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout)
-            if self._pending and len(self._pending) < self.batch_max and self.batch_delay > 0:
-                await asyncio.sleep(self.batch_delay)
-            ops = self._pending[: self.batch_max * max(1, len(self.shards))]
-            del self._pending[: len(ops)]
-            try:
-                rnd = await self._round(ops)
-            except Exception as exc:  # a shard failed: the round's callers get UNAVAILABLE
-                err = exc if isinstance(exc, UnavailableError) else UnavailableError(str(exc))
-                for op in ops:
+        """Route and send rounds while up to ``ROUNDS_IN_FLIGHT`` earlier ones are still at the
+        shards (a shard actor runs one caller's calls in order), and finish them in order: the
+        coordinator routes round r+1 while the shards work on round r."""
+        inflight: collections.deque[_Sent] = collections.deque()
+        try:
+            while True:
+                while inflight and inflight[0].results.done():
+                    await self._finish(inflight.popleft())
+                if inflight and (len(inflight) >= ROUNDS_IN_FLIGHT or not self._pending):
+                    # nothing to send: wait for the oldest round, or for new operations
+                    if self._pending:
+                        await asyncio.wait([inflight[0].results])
+                    else:
+                        self._wake.clear()
+                        waker = asyncio.ensure_future(self._wake.wait())
+                        await asyncio.wait(
+                            [inflight[0].results, waker], return_when=asyncio.FIRST_COMPLETED
+                        )
+                        waker.cancel()
+                    continue
+                if not self._pending:
+                    self._wake.clear()
+                    timeout = self.tick_s if self.live else None
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), timeout)
+                if self._pending and len(self._pending) < self.batch_max and self.batch_delay > 0:
+                    await asyncio.sleep(self.batch_delay)
+                ops = self._pending[: self.batch_max * max(1, len(self.shards))]
+                del self._pending[: len(ops)]
+                inflight.append(self._send(ops))
+        finally:
+            for sent in inflight:
+                sent.results.cancel()
+                for op in sent.ops:
                     if not op.future.done():
-                        _fail(op.future, err)
-                self.stats["failed_rounds"] += 1
-                continue
-            await self.on_round(rnd)
+                        _fail(op.future, UnavailableError("the coordinator is stopping"))
 
-    async def _round(self, ops: list[Op]) -> Round:
+    def _send(self, ops: list[Op]) -> _Sent:
+        """Route a round and send every shard its share (one call each, not awaited)."""
         now = max(self.clock(), self._last_now)
         self._last_now = now
         per: list[list[tuple]] = [[] for _ in self.shards]
-        where: list[list[tuple[int, int]]] = []  # op -> [(shard, index in that shard's list)]
-        for op in ops:
-            where.append(self._route(op, per, now))
+        where = [self._route(op, per, now) for op in ops]
         ks = [k for k in range(len(self.shards)) if per[k] or self.live]
-        results = await asyncio.gather(
-            *(self.shards[k].apply(per[k], now) for k in ks), return_exceptions=True
+        results = asyncio.ensure_future(
+            asyncio.gather(*(self.shards[k].apply(per[k], now) for k in ks), return_exceptions=True)
         )
+        return _Sent(ops, where, per, ks, now, results)
+
+    async def _finish(self, sent: _Sent) -> None:
+        try:
+            rnd = await self._merge_round(sent)
+        except Exception as exc:  # cannot happen short of a bug: fail the round's callers
+            log.exception("round failed")
+            err = exc if isinstance(exc, UnavailableError) else UnavailableError(str(exc))
+            for op in sent.ops:
+                if not op.future.done():
+                    _fail(op.future, err)
+            self.stats["failed_rounds"] += 1
+            return
+        await self.on_round(rnd)
+
+    async def _merge_round(self, sent: _Sent) -> Round:
+        ops, where, per, ks, now = sent.ops, sent.where, sent.per, sent.ks, sent.now
+        results = sent.results.result()
         by_shard = {}
         for k, r in zip(ks, results, strict=True):
             if isinstance(r, BaseException):

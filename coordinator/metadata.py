@@ -130,11 +130,11 @@ class Metadata:
         await self._call(pipe.execute())
 
     async def set_ephemeral(self, sub_id: str, ephemeral: bool) -> None:
-        k = self.key("ephemeral")
+        k = codec.ephemeral_key(self.ns)
         await self._call(self.r.sadd(k, sub_id) if ephemeral else self.r.srem(k, sub_id))
 
     async def ephemeral_ids(self) -> set[str]:
-        return {i.decode() for i in await self._call(self.r.smembers(self.key("ephemeral")))}
+        return {i.decode() for i in await self._call(self.r.smembers(codec.ephemeral_key(self.ns)))}
 
     async def delete_subscriptions(self, ids: Iterable[str]) -> None:
         ids = list(ids)
@@ -144,7 +144,7 @@ class Metadata:
         for i in ids:
             pipe.delete(self.key("sub", i), self.key("log", i))
             pipe.srem(self.key("subs"), i)
-            pipe.srem(self.key("ephemeral"), i)
+            pipe.srem(codec.ephemeral_key(self.ns), i)
         await self._call(pipe.execute())
 
     async def get_subscription(self, sub_id: str) -> Subscription | None:

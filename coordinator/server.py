@@ -39,7 +39,8 @@ from shard.partition_map import PartitionMap
 log = logging.getLogger(__name__)
 
 STREAM_WINDOW = 4096
-"""Requests of one PublishStream / LocationStream in flight before reading more (backpressure)."""
+"""Operations (messages, moves) of one PublishStream / LocationStream in flight before it reads
+more requests (backpressure)."""
 PERSIST_EVERY_S = 1.0
 """Moved subscriptions' regions are written to Redis in batches this often."""
 MAX_PUBLISH_BATCH = 10_000
@@ -127,6 +128,7 @@ class Coordinator:
             await self.engine.stop()
             with contextlib.suppress(Exception):
                 await self._persist()
+        await self.deliveries.drain()
         await self.md.close()
 
     async def _persist_loop(self) -> None:
@@ -245,7 +247,7 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
         else:
             raise ValidationError("message", None, "required")
         msgs = [
-            from_proto_message(m, default_id=Engine.new_message_id(), field=f)
+            from_proto_message(m, default_id=m.id or Engine.new_message_id(), field=f)
             for m, f in zip(protos, fields, strict=True)
         ]
         if batch:
@@ -283,7 +285,7 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
         async def submit(req):
             return self._submit_publish(req)
 
-        async for submitted in _pipelined(request_iterator, submit):
+        async for submitted in _pipelined(request_iterator, submit, lambda x: len(x[0])):
             yield await self._published(submitted, context)
 
     @grpc_errors
@@ -338,19 +340,31 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
         )
 
 
-async def _pipelined(request_iterator, submit):
-    """Submit requests as they arrive (up to ``STREAM_WINDOW`` unanswered) and yield each
-    submission in order; a request that fails to submit is raised after those before it."""
-    window: asyncio.Queue = asyncio.Queue(STREAM_WINDOW)
+async def _pipelined(request_iterator, submit, weight=lambda item: 1):
+    """Submit requests as they arrive and yield each submission in order, with at most
+    ``STREAM_WINDOW`` operations (``weight`` of a submission: a batch counts its messages)
+    submitted and not yet yielded back; a request that fails to submit is raised after those
+    before it."""
+    window: asyncio.Queue = asyncio.Queue()
+    room = asyncio.Condition()
+    inflight = 0
+
+    def has_room() -> bool:
+        return inflight < STREAM_WINDOW
 
     async def reader():
+        nonlocal inflight
         try:
             async for req in request_iterator:
-                await window.put(("ok", await submit(req)))
+                item = await submit(req)
+                async with room:
+                    inflight += weight(item)
+                    window.put_nowait(("ok", item))
+                    await room.wait_for(has_room)
         except Exception as exc:
-            await window.put(("error", exc))
+            window.put_nowait(("error", exc))
             return
-        await window.put(("end", None))
+        window.put_nowait(("end", None))
 
     task = asyncio.get_running_loop().create_task(reader())
     try:
@@ -361,6 +375,9 @@ async def _pipelined(request_iterator, submit):
             if kind == "error":
                 raise item
             yield item
+            async with room:
+                inflight -= weight(item)
+                room.notify()
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -381,10 +381,8 @@ def _validate(args) -> None:
             raise ValidationError(f"--{name}", getattr(args, name), "must be >= 0")
     if not args.ttl >= 0:
         raise ValidationError("--ttl", args.ttl, "must be >= 0")
-    if args.register == "load" and (args.target or args.ephemeral):
-        raise ValidationError(
-            "--register", "load", "loads a cluster it starts (no --target), not --ephemeral"
-        )
+    if args.register == "load" and args.target:
+        raise ValidationError("--register", "load", "loads a cluster it starts (no --target)")
     for name in ("subs", "msgs"):
         if not getattr(args, name).exists():
             raise ValidationError(f"--{name}", str(getattr(args, name)), "no such file")
@@ -435,7 +433,9 @@ def run(args) -> int:
             if not args.no_register and args.register == "load":
                 from geopubsub.register import bulk_load
 
-                report["registration"] = bulk_load(args.subs, cluster, _log)
+                report["registration"] = bulk_load(
+                    args.subs, cluster, _log, ephemeral=args.ephemeral
+                )
             elif not args.no_register:
                 in_flight = args.in_flight or DEFAULT_IN_FLIGHT
                 _log(f"registering {len(subs):,} subscriptions ({in_flight} calls in flight) ...")

@@ -112,6 +112,7 @@ def run_load(args: argparse.Namespace) -> int:
             shards=shards,
             fmt=args.format,
             rejects=args.rejects,
+            ephemeral=args.ephemeral,
             progress=lambda line: print(line, flush=True),
         )
     finally:

@@ -213,7 +213,9 @@ def run(args: argparse.Namespace) -> int:
     return 0 if report.rejected == 0 else 2
 
 
-def bulk_load(subs_file: Path, cluster, say: Callable[[str], None]) -> dict:
+def bulk_load(
+    subs_file: Path, cluster, say: Callable[[str], None], *, ephemeral: bool = False
+) -> dict:
     """Register a workload file with the bulk loader: Spark ``local[2]`` into the Redis of
     ``cluster`` (a ``deploy.local`` cluster), then the coordinator's ``Reload``."""
     from geopubsub.load_cli import request_reload
@@ -232,6 +234,7 @@ def bulk_load(subs_file: Path, cluster, say: Callable[[str], None]) -> dict:
             namespace=cluster.settings.namespace,
             shards=cluster.settings.shards,
             fmt="jsonl",
+            ephemeral=ephemeral,
             progress=lambda line: say("              " + line.replace("\n", "\n  ")),
         )
     finally:

@@ -131,6 +131,7 @@ def run(
     rejects: str | None = None,
     progress: Callable[[str], None] = print,
     stamp: float | None = None,
+    ephemeral: bool = False,
 ) -> Summary:
     """Load subscription files into the cluster's Redis (see the module docstring).
     ``shards``: the cluster's shard count (None: the stored map's, else 2). ``stamp``: the
@@ -215,7 +216,9 @@ def run(
     pm_b = sc.broadcast(pm)
     final_b = sc.broadcast((repeated_set, winners))
     out = records.mapPartitions(
-        lambda it: _load_partition(it, pm_b.value, *final_b.value, redis_url, namespace, stamp)
+        lambda it: _load_partition(
+            it, pm_b.value, *final_b.value, redis_url, namespace, stamp, ephemeral
+        )
     ).collect()
     records.unpersist()
     counts = transform.merge_counts(c for c, _ in out)
@@ -231,7 +234,7 @@ def run(
     return summary
 
 
-def _load_partition(records, pm, repeated, winners, url, ns, stamp):
+def _load_partition(records, pm, repeated, winners, url, ns, stamp, ephemeral):
     """One partition's final records, placed and upserted; yields (load counts, keyword counts)."""
     freq: dict[str, int] = {}
 
@@ -241,7 +244,8 @@ def _load_partition(records, pm, repeated, winners, url, ns, stamp):
                 freq[term] = freq.get(term, 0) + 1
             yield r
 
-    for counts in load.upsert_subscriptions(transform.place(counted(), pm), url, ns, stamp):
+    placed = transform.place(counted(), pm)
+    for counts in load.upsert_subscriptions(placed, url, ns, stamp, ephemeral=ephemeral):
         yield counts, freq
 
 
@@ -269,6 +273,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--namespace", default=None, help="Redis key prefix (default gps)")
     p.add_argument("--shards", type=int, help="the cluster's shards (default: the stored map's)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting")
+    p.add_argument(
+        "--ephemeral",
+        action="store_true",
+        help="the loaded subscriptions' deliveries skip the retention log (not resumable)",
+    )
 
 
 def spark_conf(pairs: Sequence[str]) -> dict[str, str]:
@@ -301,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
             shards=args.shards,
             fmt=args.format,
             rejects=args.rejects,
+            ephemeral=args.ephemeral,
         )
     finally:
         spark.stop()

@@ -68,7 +68,7 @@ def write_partition_map(url: str, ns: str, pm: PartitionMap) -> None:
 
 
 UPSERT_SCRIPT = """
-local f_sub, f_shards, f_created, f_updated, stamp, prefix, data = unpack(ARGV, 1, 7)
+local f_sub, f_shards, f_created, f_updated, stamp, prefix, data, eph = unpack(ARGV, 1, 8)
 local new, changed, unchanged = 0, 0, 0
 local ids = {}
 local pos = 1
@@ -94,12 +94,16 @@ while pos <= #data do
     end
   end
 end
-if #ids > 0 then redis.call('SADD', KEYS[1], unpack(ids)) end
+if #ids > 0 then
+  redis.call('SADD', KEYS[1], unpack(ids))
+  redis.call(eph == '1' and 'SADD' or 'SREM', KEYS[2], unpack(ids))
+end
 return {new, changed, unchanged}
 """
 """One batch of upserts, run inside Redis: a subscription whose stored ``sub`` and ``shards``
 equal the new ones is left alone, any other gets what ``Metadata.put_subscriptions`` writes
-(``created`` only where absent; ``sub``, ``shards``, ``updated``; its id added to the set).
+(``created`` only where absent; ``sub``, ``shards``, ``updated``; its id added to the set), and
+every id is added to the ephemeral set (ARGV[8] "1") or removed from it.
 Keys, field names and values all come from the caller (``shard.metadata_codec``); the batch is
 one argument: id, sub JSON and shards of each subscription, each followed by a line break (an
 id is printable and JSON escapes line breaks, so no field holds one). One argument instead of
@@ -113,10 +117,12 @@ def upsert_subscriptions(
     ns: str,
     stamp: float,
     batch: int = DEFAULT_BATCH,
+    ephemeral: bool = False,
 ) -> Iterator[dict]:
     """Upsert ``(id, sub_json, shards)`` items (one Spark partition) and yield one dict of
     counts: ``new``, ``changed``, ``unchanged`` and, per shard k, ``("shard", k)``. ``stamp`` is
-    the ``created`` / ``updated`` time of what is written. One script call per ``batch`` items
+    the ``created`` / ``updated`` time of what is written; ``ephemeral``: the subscriptions'
+    deliveries skip the retention log (else they are logged, as a Subscribe without it). One script call per ``batch`` items
     (``UPSERT_SCRIPT``): O(items) work in Redis, ``items / batch`` round trips."""
     if batch > 7000:  # the ids go to one SADD through Lua's unpack (stack of ~8000)
         raise ValueError(f"batch {batch} > 7000")
@@ -132,6 +138,7 @@ def upsert_subscriptions(
         codec.sub_key(ns, ""),
     ]
     subs_key = codec.subs_key(ns)
+    eph_key = codec.ephemeral_key(ns)
     it = iter(items)
     try:
         while chunk := list(islice(it, batch)):
@@ -141,7 +148,9 @@ def upsert_subscriptions(
                 for k in shards:
                     counts["shard", k] = counts.get(("shard", k), 0) + 1
             data = "\n".join(lines) + "\n"
-            new, changed, unchanged = upsert(keys=[subs_key], args=[*head, data])
+            new, changed, unchanged = upsert(
+                keys=[subs_key, eph_key], args=[*head, data, "1" if ephemeral else "0"]
+            )
             counts["new"] += new
             counts["changed"] += changed
             counts["unchanged"] += unchanged

@@ -44,6 +44,11 @@ def sub_key(ns: str, sub_id: str) -> str:
     return key(ns, "sub", sub_id)
 
 
+def ephemeral_key(ns: str) -> str:
+    """The set of subscriptions whose deliveries skip the retention log."""
+    return key(ns, "ephemeral")
+
+
 def partition_map_key(ns: str) -> str:
     """The string ``PartitionMap.to_json()``."""
     return key(ns, "partition_map")

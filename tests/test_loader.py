@@ -259,6 +259,25 @@ def test_a_rerun_changes_nothing_and_a_changed_row_replaces_the_old(spark, redis
 
 
 @pytest.mark.spark
+def test_an_ephemeral_load_marks_every_subscription_and_a_durable_one_unmarks_them(
+    spark, redis_url, tmp_path
+):
+    rows = _good(random.Random(8), 120)
+    path = tmp_path / "subs.jsonl"
+    write_jsonl(path, rows)
+    ids = {r["id"].encode() for r in rows}
+    r = redis.Redis.from_url(redis_url)
+    try:
+        r.sadd("eph:ephemeral", "registered-elsewhere")
+        _load(spark, [path], redis_url, "eph", shards=2, ephemeral=True)
+        assert r.smembers("eph:ephemeral") == ids | {b"registered-elsewhere"}
+        _load(spark, [path], redis_url, "eph", shards=2)
+        assert r.smembers("eph:ephemeral") == {b"registered-elsewhere"}
+    finally:
+        r.close()
+
+
+@pytest.mark.spark
 def test_the_partition_map_is_balanced_from_a_sample(spark, redis_url, tmp_path, monkeypatch):
     """Bound: with s sampled centres, each of P parts owns n/P ± 5 % of the subscriptions (the
     quantile error of a sample of 5,000 is ~0.7 % of n per cut: 5 % is far outside noise)."""
