@@ -81,14 +81,11 @@ class Deliveries:
         ds = rnd.deliveries
         seq = self.seq
         ephemeral = self.ephemeral
-        unknown = {d.sub_id for d in ds if d.sub_id not in seq}
-        if unknown:  # first delivery since start: continue the log's numbering
-            logged = [s for s in unknown if s not in ephemeral]
-            for s in unknown.difference(logged):
-                seq[s] = 0
-            if logged:
-                for s, last in zip(logged, await self.md.last_sequences(logged), strict=True):
-                    seq.setdefault(s, last)
+        unknown = list({d.sub_id for d in ds if d.sub_id not in seq})
+        if unknown:  # first delivery since start: continue the log's numbering (an ephemeral
+            # subscription may have been durable before: its old log's numbers stay used)
+            for s, last in zip(unknown, await self.md.last_sequences(unknown), strict=True):
+                seq.setdefault(s, last)
         seqs: list[int] = []
         log = []
         payloads: dict[str, bytes] = {}

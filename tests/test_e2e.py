@@ -347,6 +347,39 @@ def test_an_ephemeral_subscription_streams_live_but_keeps_no_log(ray_session, re
     run(main())
 
 
+def test_a_durable_subscription_made_ephemeral_keeps_numbering_after_its_log(
+    ray_session, redis_url
+):
+    ns = uuid.uuid4().hex
+    sub = to_proto_subscription(Subscription("d", (("x",),), Rect(-1, -1, 1, 1)))
+
+    async def publish(c, mid):
+        m = Message(mid, ("x",), Point(0, 0))
+        await c.stub.Publish(pb.PublishRequest(message=to_proto_message(m)))
+
+    async def main():
+        async with Cluster(_settings(redis_url, ns)) as c:
+            await c.stub.Subscribe(pb.SubscribeRequest(subscription=sub))
+            for i in range(3):
+                await publish(c, f"old{i}")
+            sub.ephemeral = True
+            await c.stub.Subscribe(pb.SubscribeRequest(subscription=sub))
+        async with Cluster(_settings(redis_url, ns)) as c:  # restarted: numbering from Redis
+            call = c.stub.StreamResults(pb.StreamResultsRequest(id="d"))
+            got = [await asyncio.wait_for(call.read(), 5) for _ in range(3)]
+            await publish(c, "new")
+            got.append(await asyncio.wait_for(call.read(), 5))
+            call.cancel()
+            assert [(d.sequence, d.message.id) for d in got] == [
+                (1, "old0"),
+                (2, "old1"),
+                (3, "old2"),
+                (4, "new"),
+            ]
+
+    run(main())
+
+
 def test_reload_serves_subscriptions_written_to_redis_behind_its_back(ray_session, redis_url):
     """What ``geopubsub load --coordinator`` does: subscriptions land in Redis, Reload rebuilds."""
     from coordinator.metadata import Metadata
