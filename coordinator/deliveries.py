@@ -78,31 +78,27 @@ class Deliveries:
         self._refreshed.pop(sub_id, None)
 
     async def on_round(self, rnd: Round) -> None:
-        ds = rnd.deliveries
+        subs, kinds, mids, now = rnd.subs, rnd.kinds, rnd.msgs, rnd.now
         seq = self.seq
         ephemeral = self.ephemeral
-        unknown = list({d.sub_id for d in ds if d.sub_id not in seq})
+        unknown = list({s for s in subs if s not in seq})
         if unknown:  # first delivery since start: continue the log's numbering (an ephemeral
             # subscription may have been durable before: its old log's numbers stay used)
             for s, last in zip(unknown, await self.md.last_sequences(unknown), strict=True):
                 seq.setdefault(s, last)
         seqs: list[int] = []
         log = []
-        payloads: dict[str, bytes] = {}
         refreshed = self._refreshed
-        stale = rnd.now - self.retention_s * REFRESH_SHARE
-        for d in ds:
-            sid = d.sub_id
+        stale = now - self.retention_s * REFRESH_SHARE
+        for sid, kind, mid in zip(subs, kinds, mids, strict=True):
             n = seq[sid] + 1
             seq[sid] = n
             seqs.append(n)
             if sid not in ephemeral:
                 refresh = refreshed.get(sid, -math.inf) < stale
                 if refresh:
-                    refreshed[sid] = rnd.now
-                if d.kind == 0:
-                    payloads[d.msg_id] = d.payload
-                log.append((sid, n, d.kind, d.msg_id, refresh))
+                    refreshed[sid] = now
+                log.append((sid, n, kind, mid, refresh))
         # Delivery messages are built only where someone takes them: a move's caller, a stream
         msgs: dict[str, pb.Message] = {}
         built: dict[int, pb.Delivery] = {}
@@ -110,33 +106,37 @@ class Deliveries:
         def delivery(i: int) -> pb.Delivery:
             x = built.get(i)
             if x is None:
-                d = ds[i]
-                m = msgs.get(d.msg_id) if d.kind == 0 else None
+                mid, kind = mids[i], kinds[i]
+                m = msgs.get(mid) if kind == 0 else None
                 if m is None:
-                    m = pb.Message.FromString(d.payload) if d.kind == 0 else pb.Message(id=d.msg_id)
-                    if d.kind == 0:
-                        msgs[d.msg_id] = m
-                x = built[i] = to_proto_delivery(d.sub_id, seqs[i], _SIGN[d.kind], m, time=rnd.now)
+                    m = (
+                        pb.Message.FromString(rnd.payloads[mid])
+                        if kind == 0
+                        else pb.Message(id=mid)
+                    )
+                    if kind == 0:
+                        msgs[mid] = m
+                x = built[i] = to_proto_delivery(subs[i], seqs[i], _SIGN[kind], m, time=now)
             return x
 
         for op, a, b in rnd.spans:
             if op.future.done():
                 continue
             if op.kind == "pub":
-                op.future.set_result(sum(1 for i in range(a, b) if ds[i].kind == 0))
+                op.future.set_result(b - a - sum(kinds[a:b]))
             elif op.kind == "move":
                 op.future.set_result([delivery(i) for i in range(a, b)])
             else:
                 op.future.set_result(None)
-        self.delivered += len(ds)
+        self.delivered += len(subs)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(self._write_loop())
-        await self._written.put((rnd.now, ds, log, payloads, delivery))
+        await self._written.put((now, subs, log, rnd.payloads, delivery))
 
     async def _write_loop(self) -> None:
         """Rounds in order: the retention log first, then the open streams."""
         while True:
-            now, ds, log, payloads, delivery = await self._written.get()
+            now, subs, log, payloads, delivery = await self._written.get()
             try:
                 await self.md.append_log(
                     log, payloads, now, self.retention_max, self.retention_s * (1 + REFRESH_SHARE)
@@ -145,14 +145,17 @@ class Deliveries:
                 self.unlogged += len(log)
                 _log.warning("could not log %d deliveries", len(log), exc_info=True)
             finally:
-                self._offer(ds, delivery)
+                self._offer(subs, delivery)
                 self._written.task_done()
 
-    def _offer(self, ds, delivery) -> None:
-        if not self.streams:
+    def _offer(self, subs: list[str], delivery) -> None:
+        streams = self.streams
+        if not streams:
             return
-        for i, d in enumerate(ds):
-            for st in self.streams.get(d.sub_id, ()):
+        for i, sid in enumerate(subs):
+            if sid not in streams:
+                continue
+            for st in streams[sid]:
                 if st.overflowed:
                     continue
                 try:

@@ -76,16 +76,6 @@ class Op:
 
 
 @dataclass(slots=True)
-class Delivered:
-    """One delivery before it gets its sequence number."""
-
-    sub_id: str
-    kind: int  # 0 ADD, 1 REMOVE
-    msg_id: str
-    payload: bytes  # the Message, serialized (empty for REMOVE)
-
-
-@dataclass(slots=True)
 class _Sent:
     """A round sent to the shards: its operations, where each went (shard, index in that
     shard's share), the shares, the shards called, its clock and the calls' results."""
@@ -100,11 +90,25 @@ class _Sent:
 
 @dataclass(slots=True)
 class Round:
-    """What a round produced, in order; ``ops`` with the index range of their deliveries."""
+    """What a round produced: its deliveries in order, before they get sequence numbers, as
+    columns (delivery i is ``subs[i]``, ``kinds[i]`` 0 ADD / 1 REMOVE, ``msgs[i]``), the
+    serialized Message of every message ADDed (``payloads``), and ``spans``: each operation
+    with the index range of its deliveries."""
 
     now: float
-    deliveries: list[Delivered] = field(default_factory=list)
+    subs: list[str] = field(default_factory=list)
+    kinds: list[int] = field(default_factory=list)
+    msgs: list[str] = field(default_factory=list)
+    payloads: dict[str, bytes] = field(default_factory=dict)
     spans: list[tuple[Op, int, int]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.subs)
+
+    def add(self, sub_id: str, kind: int, msg_id: str) -> None:
+        self.subs.append(sub_id)
+        self.kinds.append(kind)
+        self.msgs.append(msg_id)
 
 
 def _fail(fut: asyncio.Future, err: Exception) -> None:
@@ -323,8 +327,25 @@ class Engine:
         # expirations first (every shard advanced to now before its ops)
         self._merge([u for k in ks for u in by_shard[k][0]], rnd)
         self._expire(now)
+        multi = self.multi
         for op, places in zip(ops, where, strict=True):
-            start = len(rnd.deliveries)
+            start = len(rnd.subs)
+            if len(places) == 1 and op.kind == "pub" and op.arg.id not in multi:
+                # the common case: a message on one shard, whose updates are its ADDs as they
+                # are (a shard reports a subscription once); no netting needed
+                k, i = places[0]
+                part = by_shard[k][1][i]
+                if isinstance(part, Exception):
+                    if not op.future.done():
+                        _fail(op.future, part)
+                elif part:
+                    mid = op.arg.id
+                    rnd.subs.extend([u[0] for u in part])
+                    rnd.kinds.extend([0] * len(part))
+                    rnd.msgs.extend([mid] * len(part))
+                    rnd.payloads[mid] = op.payload
+                rnd.spans.append((op, start, len(rnd.subs)))
+                continue
             parts = [by_shard[k][1][i] for k, i in places]
             failed = next((p for p in parts if isinstance(p, Exception)), None)
             if failed is not None:  # the shard rejected it (and is unchanged by it)
@@ -332,7 +353,7 @@ class Engine:
                     _fail(op.future, failed)
                 parts = [p for p in parts if not isinstance(p, Exception)]
             self._merge([u for p in parts for u in p], rnd, op)
-            rnd.spans.append((op, start, len(rnd.deliveries)))
+            rnd.spans.append((op, start, len(rnd.subs)))
         if self._broken:
             await self._reload_broken(now)
         self.stats["rounds"] += 1
@@ -420,7 +441,7 @@ class Engine:
         for s, g, m in ups:
             key = (s, m)
             net[key] = net.get(key, 0) + (1 if g == "+" else -1)
-        adds: list[Delivered] = []  # an operation's REMOVEs come before its ADDs
+        adds: list[tuple[str, str]] = []  # an operation's REMOVEs come before its ADDs
         for (s, m), d in net.items():
             counts = self.multi.get(m)
             if counts is not None:
@@ -438,15 +459,17 @@ class Engine:
             else:
                 add = d > 0
             if add:
-                payload = (
-                    op.payload
-                    if op is not None and op.kind == "pub" and op.arg.id == m
-                    else self.live.get(m, (b"", 0.0))[0]
-                )
-                adds.append(Delivered(s, 0, m, payload))
+                if m not in rnd.payloads:
+                    rnd.payloads[m] = (
+                        op.payload
+                        if op is not None and op.kind == "pub" and op.arg.id == m
+                        else self.live.get(m, (b"", 0.0))[0]
+                    )
+                adds.append((s, m))
             else:
-                rnd.deliveries.append(Delivered(s, 1, m, b""))
-        rnd.deliveries.extend(adds)
+                rnd.add(s, 1, m)
+        for s, m in adds:
+            rnd.add(s, 0, m)
 
     def _expire(self, now: float) -> None:
         while self._expiry and self._expiry[0][0] <= now:
