@@ -7,12 +7,13 @@ reached raises ``UnavailableError``.
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Sequence
 from typing import Any
 
 from shard.errors import GeoPubSubError, UnavailableError
 from shard.model import Subscription, subscriptions_to_rows
-from shard.ops import apply_ops
+from shard.ops import PICKLE_PROTOCOL, apply_ops
 from shard.state import ShardState
 
 
@@ -41,7 +42,8 @@ class RayShard:
         self.actor = actor
 
     async def apply(self, ops: list[tuple], now: float):
-        return await self._call(self.actor.apply.remote(ops, now))
+        data = pickle.dumps(ops, PICKLE_PROTOCOL)
+        return pickle.loads(await self._call(self.actor.apply_pickled.remote(data, now)))
 
     async def load(self, subs: Sequence[Subscription], now: float) -> int:
         # as tuples: pickling 500k dataclasses took ~8 s of the coordinator's start, tuples ~2 s

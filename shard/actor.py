@@ -27,6 +27,7 @@ The constructor compiles the index kernels first (``shard.warmup``; ~1 s from nu
 
 from __future__ import annotations
 
+import pickle
 import uuid
 import warnings
 from collections.abc import Sequence
@@ -36,7 +37,7 @@ import ray
 
 from shard.errors import UnavailableError, ValidationError
 from shard.model import Message, Point, Subscription, subscriptions_from_rows
-from shard.ops import apply_ops
+from shard.ops import PICKLE_PROTOCOL, apply_ops
 from shard.state import ShardState, Update
 from shard.warmup import warm_up_shard
 
@@ -109,6 +110,11 @@ class ShardActor:
         """One coordinator round: advance to ``now``, then the operations in order
         (``shard.ops.apply_ops``)."""
         return apply_ops(self._live(), ops, now)
+
+    def apply_pickled(self, ops: bytes, now: float) -> bytes:
+        """``apply`` with the operations and the result pickled by the caller and here (the C
+        pickler: about 2.5x faster than the cloudpickle Ray would use for the same objects)."""
+        return pickle.dumps(apply_ops(self._live(), pickle.loads(ops), now), PICKLE_PROTOCOL)
 
     def subscribe_batch(self, subs: Sequence[Subscription], now: float) -> list[Update]:
         return self._live().subscribe_batch(subs, now)

@@ -22,6 +22,9 @@ class Point:
     lon: float
     lat: float
 
+    def __reduce__(self):  # pickled as a tuple (Ray ships these in every batch)
+        return (Point, (self.lon, self.lat))
+
 
 @dataclass(frozen=True, slots=True)
 class Rect:
@@ -32,6 +35,9 @@ class Rect:
     max_lon: float
     max_lat: float
 
+    def __reduce__(self):  # pickled as a tuple (Ray ships these in every batch)
+        return (Rect, (self.min_lon, self.min_lat, self.max_lon, self.max_lat))
+
 
 @dataclass(frozen=True, slots=True)
 class Circle:
@@ -40,6 +46,9 @@ class Circle:
     lon: float
     lat: float
     radius_m: float
+
+    def __reduce__(self):  # pickled as a tuple (Ray ships these in every batch)
+        return (Circle, (self.lon, self.lat, self.radius_m))
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +63,9 @@ class Subscription:
     keywords: tuple[str, ...] | None = None
     expr: str | None = None
 
+    def __reduce__(self):  # pickled as a tuple (Ray ships these in every batch)
+        return (Subscription, (self.id, self.clauses, self.region, self.moving, self.keywords, self.expr))
+
 
 @dataclass(frozen=True, slots=True)
 class Message:
@@ -65,6 +77,9 @@ class Message:
     ttl: float | None = None
     keywords: tuple[str, ...] = ()
     text: str | None = None
+
+    def __reduce__(self):  # pickled as a tuple (Ray ships these in every batch)
+        return (Message, (self.id, self.terms, self.location, self.ttl, self.keywords, self.text))
 
 
 # ---- field validators -----------------------------------------------------------------------

@@ -33,6 +33,8 @@ from shard.state import ShardState
 Update = tuple[str, str, str]
 
 _KINDS = ("pub", "sub", "unsub", "detach", "move")
+PICKLE_PROTOCOL = 5
+"""Rounds cross to shard actors pickled by the caller (``ShardActor.apply_pickled``)."""
 
 
 def apply_ops(

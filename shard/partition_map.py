@@ -45,6 +45,7 @@ class PartitionMap:
         if not 1 <= boxes.shape[0] <= MAX_PARTS:
             raise ValidationError("parts", boxes.shape[0], f"must be in [1, {MAX_PARTS}]")
         self.boxes = boxes
+        self._rows = [tuple(float(v) for v in row) for row in boxes]
 
     def __len__(self) -> int:
         return self.boxes.shape[0]
@@ -67,8 +68,17 @@ class PartitionMap:
         return cls(np.array(boxes))
 
     def owner(self, lon: float, lat: float) -> int:
-        """The one part that owns the point. O(parts)."""
-        return int(self.owners(np.array([[lon, lat]]))[0])
+        """The one part that owns the point (as ``owners``, without numpy's per-call cost: the
+        coordinator asks once per published message). O(parts)."""
+        for k, (x0, y0, x1, y1) in enumerate(self._rows):
+            if (
+                x0 <= lon
+                and (lon < x1 or x1 >= WORLD[2])
+                and y0 <= lat
+                and (lat < y1 or y1 >= WORLD[3])
+            ):
+                return k
+        return int(self.owners(np.array([[lon, lat]]))[0])  # raises: outside the world
 
     def owners(self, points: np.ndarray) -> np.ndarray:
         """Owners of many points ``(n, 2)`` at once. O(n · parts)."""

@@ -24,6 +24,21 @@ def test_overlapping_many_is_overlapping_for_each_box():
     assert pm.overlapping_many(np.empty((0, 4))) == []
 
 
+def test_owner_of_one_point_is_owners_of_many():
+    rng = random.Random(4)
+    pm = PartitionMap.build([(rng.uniform(-50, 50), rng.uniform(-40, 40)) for _ in range(500)], 5)
+    edges_x = [*pm.boxes[:, 0], *pm.boxes[:, 2], -180.0, 180.0]
+    edges_y = [*pm.boxes[:, 1], *pm.boxes[:, 3], -90.0, 90.0]
+    pts = [
+        (
+            rng.choice([rng.uniform(-180, 180), rng.choice(edges_x)]),
+            rng.choice([rng.uniform(-90, 90), rng.choice(edges_y)]),
+        )
+        for _ in range(5000)
+    ]
+    assert [pm.owner(x, y) for x, y in pts] == pm.owners(np.array(pts)).tolist()
+
+
 def test_region_bbox_is_the_rect_or_the_circles_conservative_box():
     assert region_bbox(Rect(1.0, 2.0, 3.0, 4.0)) == (1.0, 2.0, 3.0, 4.0)
     x0, y0, x1, y1 = region_bbox(Circle(13.4, 52.5, 1000.0))
