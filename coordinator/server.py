@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -105,8 +106,13 @@ class Coordinator:
         per = self.engine.restore(subs)
         now = self.clock()
         await asyncio.gather(*(shards[k].load(per.get(k, []), now) for k in range(s.shards)))
+        del subs, per
+        # the subscriptions are long-lived: keep them out of every later collection (a full
+        # collection over 1M of them stalls the loop for ~100 ms; measured after a Reload)
+        gc.collect()
+        gc.freeze()
         self.engine.start()
-        return len(subs)
+        return len(self.engine.subs)
 
     async def reload(self) -> int:
         """Rebuild every shard from Redis (after a bulk load) with the same shard actors:
