@@ -14,6 +14,9 @@ import signal
 import sys
 
 from shard.errors import GeoPubSubError
+from shard.heap import GcPauses
+
+log = logging.getLogger("coordinator")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -48,6 +51,9 @@ async def serve(settings) -> None:
     # that scan the long-lived objects; measured 41 % of the coordinator's CPU while
     # registering); the loaded subscriptions are frozen out of collections by every (re)load
     gc.set_threshold(50_000, 20, 100)
+    GcPauses(
+        on_long=lambda g, dt: log.warning("gc: generation %d collection took %.0f ms", g, dt * 1e3)
+    ).install()
     print(f"geopubsub coordinator listening on {settings.host}:{port}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

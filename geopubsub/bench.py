@@ -7,6 +7,8 @@
                      matching speed with a fresh build.
 * ``bench moving``   replay an event stream through the AP+-Tree or the grid baseline.
 * ``bench e2e``      the cluster through gRPC (``geopubsub.bench_e2e``).
+* ``bench grpc``     Python gRPC's own ceiling: a no-op PublishStream server
+                     (``geopubsub.bench_grpc``).
 """
 
 from __future__ import annotations
@@ -104,9 +106,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     mv.set_defaults(func=run_moving)
 
-    from geopubsub import bench_e2e
+    from geopubsub import bench_e2e, bench_grpc
 
     bench_e2e.register(kinds)
+    bench_grpc.register(kinds)
 
 
 def _common(p: argparse.ArgumentParser) -> None:

@@ -36,6 +36,7 @@ from typing import Any
 import ray
 
 from shard.errors import UnavailableError, ValidationError
+from shard.heap import GcPauses, freeze_long_lived
 from shard.model import Message, Point, Subscription, subscriptions_from_rows
 from shard.ops import PICKLE_PROTOCOL, apply_ops
 from shard.state import ShardState, Update
@@ -57,6 +58,7 @@ class ShardActor:
         self._options = dict(options or {})
         self._state = ShardState(shard_id, **self._options)  # validates the options first
         warm_up_shard()
+        self._gc = GcPauses().install()
         self._incarnation = uuid.uuid4().hex
         self._needs_rebuild = _was_reconstructed()
 
@@ -83,6 +85,7 @@ class ShardActor:
         Idempotent. Returns the number of subscriptions."""
         self._state = ShardState.build(self._shard_id, subs, now, **self._options)
         self._needs_rebuild = False
+        freeze_long_lived()
         return len(self._state)
 
     def load_rows(self, rows: Sequence[tuple], now: float | None) -> int:
@@ -100,6 +103,7 @@ class ShardActor:
             )
         self._state = state
         self._needs_rebuild = False
+        freeze_long_lived()
         return len(state)
 
     def snapshot(self) -> bytes:
@@ -144,7 +148,12 @@ class ShardActor:
         return self._live().messages(ids)
 
     def stats(self) -> dict[str, Any]:
-        return self._live().stats()
+        """The state's figures, and this process's garbage-collector pauses."""
+        gcp = self._gc
+        return self._live().stats() | {
+            "gc_collections": list(gcp.count),
+            "gc_max_pause_ms": [round(1000 * x, 1) for x in gcp.max_s],
+        }
 
 
 RemoteShardActor = ray.remote(ShardActor)

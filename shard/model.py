@@ -64,7 +64,10 @@ class Subscription:
     expr: str | None = None
 
     def __reduce__(self):  # pickled as a tuple (Ray ships these in every batch)
-        return (Subscription, (self.id, self.clauses, self.region, self.moving, self.keywords, self.expr))
+        return (
+            Subscription,
+            (self.id, self.clauses, self.region, self.moving, self.keywords, self.expr),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -99,3 +99,11 @@ def test_bench_reports_bad_lines_and_missing_files(tmp_path, capsys):
         main(["bench", "match", "--subs", str(tmp_path / "nope.jsonl"), "--msgs", str(msgs)]) == 2
     )
     assert "--subs" in capsys.readouterr().err
+
+
+def test_bench_grpc_answers_every_message_single_and_batched(capsys):
+    assert main(["bench", "grpc", "--messages", "600", "--batch", "50", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["single"]["per_request"] == 1 and out["batched"]["per_request"] == 50
+    assert out["single"]["msgs_per_s"] > 0 and out["batched"]["msgs_per_s"] > 0
+    assert main(["bench", "grpc", "--batch", "0"]) == 2
