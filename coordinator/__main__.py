@@ -52,7 +52,13 @@ async def serve(settings) -> None:
     # registering); the loaded subscriptions are frozen out of collections by every (re)load
     gc.set_threshold(50_000, 20, 100)
     GcPauses(
-        on_long=lambda g, dt: log.warning("gc: generation %d collection took %.0f ms", g, dt * 1e3)
+        on_long=lambda g, dt, n: log.warning(
+            "gc: generation %d collection took %.0f ms (%d collected; %s tracked per generation)",
+            g,
+            dt * 1e3,
+            n,
+            gc.get_count(),
+        )
     ).install()
     print(f"geopubsub coordinator listening on {settings.host}:{port}", flush=True)
     stop = asyncio.Event()

@@ -23,8 +23,8 @@ def freeze_long_lived() -> None:
 
 
 class GcPauses:
-    """Counts collections per generation and their pauses; ``on_long(generation, seconds)`` is
-    called for each pause of at least ``long_s``.
+    """Counts collections per generation and their pauses; ``on_long(generation, seconds,
+    objects collected)`` is called for each pause of at least ``long_s``.
 
     >>> w = GcPauses(long_s=10.0).install()
     >>> _ = gc.collect()
@@ -34,7 +34,7 @@ class GcPauses:
     """
 
     def __init__(
-        self, *, long_s: float = 0.05, on_long: Callable[[int, float], None] | None = None
+        self, *, long_s: float = 0.05, on_long: Callable[[int, float, int], None] | None = None
     ) -> None:
         self.long_s = long_s
         self.on_long = on_long
@@ -61,4 +61,4 @@ class GcPauses:
         self.total_s[g] += dt
         self.max_s[g] = max(self.max_s[g], dt)
         if dt >= self.long_s and self.on_long is not None:
-            self.on_long(g, dt)
+            self.on_long(g, dt, info["collected"])
