@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import time
+import warnings
 from collections.abc import Callable
 
 
@@ -18,7 +19,9 @@ def freeze_long_lived() -> None:
     """Collect what an earlier load left behind (unfrozen first, so that its cycles can go),
     then freeze every surviving object. O(objects); call after a bulk (re)load."""
     gc.unfreeze()
-    gc.collect()
+    with warnings.catch_warnings():  # what others leaked (unclosed files) is not ours to report
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
     gc.freeze()
 
 
