@@ -280,6 +280,9 @@ def test_subscribe_follow_prints_deliveries_until_ctrl_c(server, tmp_path):
             "10",
             "--follow",
         ],
+        # Ctrl-C must reach it even when the tests run in the background (`make test &`
+        # starts them with SIGINT ignored, and a child would inherit that)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

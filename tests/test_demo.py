@@ -52,7 +52,14 @@ def test_demo_streams_equal_the_oracle_and_everything_stops(tmp_path):
 def test_demo_interrupted_stops_the_cluster(tmp_path):
     argv = [*DEMO, "--duration", "60", "--rate", "100", "--work-dir", str(tmp_path)]
     proc = subprocess.Popen(
-        argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        argv,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # Ctrl-C must reach it even when the tests run in the background (`make test &`
+        # starts them with SIGINT ignored, and a child would inherit that)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         manifest = None
