@@ -91,6 +91,22 @@ async def _collect(stub, sub_id: str, after: int = 0, quiet_s: float = 0.5) -> l
     return out
 
 
+async def _subscribe_all(stub, subs: list[Subscription]) -> None:
+    for s in subs:
+        await stub.Subscribe(pb.SubscribeRequest(subscription=to_proto_subscription(s)))
+
+
+async def _assert_streams_equal_the_oracle(stub, subs: list[Subscription], msgs) -> None:
+    """Each subscription's stream holds exactly the ADDs of the (one-shot) messages it
+    matches, in publish order, numbered 1, 2, 3, ..."""
+    streams = await asyncio.gather(*(_collect(stub, s.id) for s in subs))
+    for s, got in zip(subs, streams, strict=True):
+        want = [m.id for m in msgs if subscription_matches(s, m)]
+        assert [d.message.id for d in got] == want, s
+        assert [d.kind for d in got] == [pb.Delivery.ADD] * len(got)
+        assert [d.sequence for d in got] == list(range(1, len(got) + 1))
+
+
 def test_publish_and_stream_equal_the_oracle(ray_session, redis_url):
     rng = random.Random(11)
     subs = [random_subscription(rng, f"s{i}") for i in range(120)]
@@ -98,8 +114,7 @@ def test_publish_and_stream_equal_the_oracle(ray_session, redis_url):
 
     async def main():
         async with Cluster(_settings(redis_url, uuid.uuid4().hex)) as c:
-            for s in subs:
-                await c.stub.Subscribe(pb.SubscribeRequest(subscription=to_proto_subscription(s)))
+            await _subscribe_all(c.stub, subs)
 
             async def requests():
                 for m in msgs:
@@ -110,12 +125,7 @@ def test_publish_and_stream_equal_the_oracle(ray_session, redis_url):
             for r, m in zip(responses, msgs, strict=True):
                 want = sum(subscription_matches(s, m) for s in subs)
                 assert r.matched == want, m
-            streams = await asyncio.gather(*(_collect(c.stub, s.id) for s in subs))
-            for s, got in zip(subs, streams, strict=True):
-                want = {m.id for m in msgs if subscription_matches(s, m)}
-                assert [d.kind for d in got] == [pb.Delivery.ADD] * len(got)
-                assert {d.message.id for d in got} == want, s
-                assert [d.sequence for d in got] == list(range(1, len(got) + 1))
+            await _assert_streams_equal_the_oracle(c.stub, subs, msgs)
 
     run(main())
 
@@ -193,8 +203,7 @@ def test_restart_keeps_subscriptions_and_sequences(ray_session, redis_url):
 
     async def main():
         async with Cluster(_settings(redis_url, ns)) as c:
-            for s in subs:
-                await c.stub.Subscribe(pb.SubscribeRequest(subscription=to_proto_subscription(s)))
+            await _subscribe_all(c.stub, subs)
             await c.stub.Publish(pb.PublishRequest(message=to_proto_message(probe)))
         async with Cluster(_settings(redis_url, ns)) as c:
             for s in subs:
@@ -287,8 +296,7 @@ def test_a_crashed_shard_is_reloaded_from_the_subscriptions(ray_session, redis_u
 
     async def main():
         async with Cluster(_settings(redis_url, uuid.uuid4().hex)) as c:
-            for s in subs:
-                await c.stub.Subscribe(pb.SubscribeRequest(subscription=to_proto_subscription(s)))
+            await _subscribe_all(c.stub, subs)
             ray.kill(c.actors[0], no_restart=False)  # the process dies; Ray restarts it empty
             failures = 0
             for m in probes:
@@ -413,8 +421,7 @@ def test_batched_publish_equals_the_oracle_and_a_bad_batch_publishes_nothing(
 
     async def main():
         async with Cluster(_settings(redis_url, uuid.uuid4().hex)) as c:
-            for s in subs:
-                await c.stub.Subscribe(pb.SubscribeRequest(subscription=to_proto_subscription(s)))
+            await _subscribe_all(c.stub, subs)
 
             async def requests():  # batches of 1..40, and single messages between them
                 i = 0
@@ -435,12 +442,7 @@ def test_batched_publish_equals_the_oracle_and_a_bad_batch_publishes_nothing(
             want = [sum(subscription_matches(s, m) for s in subs) for m in msgs]
             assert matches == want
             assert sum(r.matched for r in responses) == sum(want)
-            streams = await asyncio.gather(*(_collect(c.stub, s.id) for s in subs))
-            for s, got in zip(subs, streams, strict=True):
-                assert [d.message.id for d in got] == [
-                    m.id for m in msgs if subscription_matches(s, m)
-                ]
-                assert [d.sequence for d in got] == list(range(1, len(got) + 1))
+            await _assert_streams_equal_the_oracle(c.stub, subs, msgs)
 
             before = (await c.stub.GetStats(pb.GetStatsRequest())).published
             good = to_proto_message(Message("g", ("x",), Point(0, 0)))
