@@ -15,6 +15,7 @@ import sys
 
 from shard.errors import GeoPubSubError
 from shard.heap import GcPauses
+from shard.runtime import hand_over_promptly
 
 log = logging.getLogger("coordinator")
 
@@ -51,6 +52,7 @@ async def serve(settings) -> None:
     # that scan the long-lived objects; measured 41 % of the coordinator's CPU while
     # registering); the loaded subscriptions are frozen out of collections by every (re)load
     gc.set_threshold(50_000, 20, 100)
+    hand_over_promptly()  # gRPC's and Ray's threads wake the loop without waiting 5 ms for the GIL
     GcPauses(
         on_long=lambda g, dt, n: log.warning(
             "gc: generation %d collection took %.0f ms (%d collected; %s tracked per generation)",

@@ -179,7 +179,11 @@ def _centres(subs: Sequence[Subscription]) -> list[tuple[float, float]]:
 
 
 async def _within(fut, context, limit: float):
-    """Await ``fut`` no longer than the call's deadline (or ``limit``)."""
+    """Await ``fut`` no longer than the call's deadline (or ``limit``). A done future answers
+    at once: ``wait_for`` would take a turn of the event loop for it (a batch's answers are
+    read this way, one per message)."""
+    if fut.done():
+        return fut.result()
     remaining = context.time_remaining()
     timeout = limit if remaining is None else min(limit, max(remaining, 0.0))
     return await asyncio.wait_for(asyncio.shield(fut), timeout)

@@ -273,8 +273,15 @@ class Publisher:
 
     def due_of(self, message_id: str) -> float:
         """When the message ``<prefix><index>`` was due; inf for a message not from here."""
+        return self.times_of(message_id)[0]
+
+    def times_of(self, message_id: str) -> tuple[float, float]:
+        """When the message ``<prefix><index>`` was due and when it was handed to gRPC; inf for
+        a message not from here."""
         j = message_index(message_id, self.prefix) - self.start
-        return float(self.due[j]) if 0 <= j < self.sent else math.inf
+        if 0 <= j < self.sent:
+            return float(self.due[j]), float(self.sent_at[j])
+        return math.inf, math.inf
 
 
 # ---- result streams ---------------------------------------------------------------------------

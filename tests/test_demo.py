@@ -98,6 +98,14 @@ def test_bench_e2e_reports_the_three_phases_and_equal_matches(tmp_path):
         assert r[phase]["published"] > 0
         assert r[phase]["matched"] > 0 and r[phase]["matched_equal"], r[phase]
     assert r["b"]["latency"]["n"] > 0 and r["b"]["latency"]["p50_ms"] > 0
+    stages = r["b"]["latency_stages"]  # every timed delivery is split into the four stages
+    assert list(stages) == [
+        "client pacing",
+        "to coordinator",
+        "waiting for a round",
+        "round to client",
+    ]
+    assert all(x["n"] == r["b"]["latency"]["n"] for x in stages.values()), stages
     assert r["c"]["moves"] > 0 and r["c"]["moves_per_s"] > 0 and r["c"]["live_messages"] >= 200
     assert r["reference"]["pairs"] > 0
     assert local.read_manifest(tmp_path / "cluster") is None

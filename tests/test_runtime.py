@@ -1,0 +1,59 @@
+"""Process-level tuning: GC freezing and pause counting (``shard.heap``), the GIL hand-over
+interval (``shard.runtime``), and answering a finished publish without a turn of the loop."""
+
+from __future__ import annotations
+
+import asyncio
+import doctest
+import sys
+
+import pytest
+
+import shard.heap
+import shard.runtime
+from coordinator.server import _within
+
+
+def test_docstring_examples():
+    for module in (shard.heap, shard.runtime):
+        result = doctest.testmod(module)
+        assert result.attempted >= 1 and result.failed == 0, module.__name__
+
+
+def test_hand_over_promptly_sets_the_interval_and_can_be_undone():
+    old = sys.getswitchinterval()
+    try:
+        shard.runtime.hand_over_promptly(0.001)
+        assert sys.getswitchinterval() == pytest.approx(0.001)
+    finally:
+        sys.setswitchinterval(old)
+
+
+class _Context:
+    def time_remaining(self):
+        return None
+
+
+def test_within_answers_a_done_future_without_suspending():
+    loop = asyncio.new_event_loop()
+    try:
+        done = loop.create_future()
+        done.set_result(7)
+        coro = _within(done, _Context(), 1.0)
+        with pytest.raises(StopIteration) as info:  # finished on its first step: no suspension
+            coro.send(None)
+        assert info.value.value == 7
+
+        failed = loop.create_future()
+        failed.set_exception(KeyError("x"))
+        with pytest.raises(KeyError):
+            _within(failed, _Context(), 1.0).send(None)
+
+        pending = loop.create_future()
+        loop.call_later(0.01, pending.set_result, 3)
+        assert loop.run_until_complete(_within(pending, _Context(), 1.0)) == 3
+        late = loop.create_future()
+        with pytest.raises(TimeoutError):
+            loop.run_until_complete(_within(late, _Context(), 0.01))
+    finally:
+        loop.close()
