@@ -14,7 +14,7 @@ import signal
 import sys
 
 from shard.errors import GeoPubSubError
-from shard.heap import GcPauses
+from shard.heap import FULL_COLLECTION_EVERY_S, GcPauses, young_collections_only
 from shard.runtime import hand_over_promptly
 
 log = logging.getLogger("coordinator")
@@ -48,10 +48,10 @@ async def serve(settings) -> None:
         return RayShard(k, make_shard_actor(k, max_restarts=settings.shard_max_restarts))
 
     server, port, app = await create_server(settings, factory)
-    # collect the young generation less often (per-call futures otherwise trigger collections
-    # that scan the long-lived objects; measured 41 % of the coordinator's CPU while
-    # registering); the loaded subscriptions are frozen out of collections by every (re)load
-    gc.set_threshold(50_000, 20, 100)
+    # the loaded subscriptions are frozen out of collections by every (re)load; what comes
+    # later (moved subscriptions) is collected in full only every FULL_COLLECTION_EVERY_S
+    young_collections_only()
+    full_collections = asyncio.get_running_loop().create_task(_collect_everything())
     hand_over_promptly()  # gRPC's and Ray's threads wake the loop without waiting 5 ms for the GIL
     GcPauses(
         on_long=lambda g, dt, n: log.warning(
@@ -68,8 +68,17 @@ async def serve(settings) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+    full_collections.cancel()
     await stop_server(server, app)
     ray.shutdown()
+
+
+async def _collect_everything() -> None:
+    """A full collection every ``FULL_COLLECTION_EVERY_S`` (shard.heap): the cyclic garbage
+    among what was created since the last freeze."""
+    while True:
+        await asyncio.sleep(FULL_COLLECTION_EVERY_S)
+        gc.collect()
 
 
 def main(argv: list[str] | None = None) -> int:

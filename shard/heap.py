@@ -5,6 +5,14 @@ long-lived objects. Every full collection traverses all of them (~100 ms and mor
 1M), stalling rounds. After each bulk (re)load, ``freeze_long_lived`` moves everything alive into
 the permanent generation, out of later collections. ``GcPauses`` records how long collections
 stop the process, so that a stall shows in the log instead of as unexplained latency.
+
+What a process creates after its last freeze is not frozen: in the coordinator, every move makes
+a new subscription object, ~20,000 long-lived objects a second under a moving crowd. Python
+starts a full collection whenever those grow by a quarter, and each took 100-260 ms at 1M
+(~80,000 such objects), several times a second during moves. ``young_collections_only`` leaves
+those full collections to the process's own schedule (the coordinator: every
+``FULL_COLLECTION_EVERY_S``); reference counting frees the replaced objects meanwhile, only
+cyclic garbage waits for the next full collection.
 """
 
 from __future__ import annotations
@@ -13,6 +21,22 @@ import gc
 import time
 import warnings
 from collections.abc import Callable
+
+FULL_COLLECTION_EVERY_S = 300.0
+"""How often a process under ``young_collections_only`` collects everything."""
+YOUNG_THRESHOLD = 700
+"""Allocations between young collections (Python's default)."""
+_NEVER = 1 << 30
+
+
+def young_collections_only(young: int = YOUNG_THRESHOLD) -> None:
+    """Collect the young generations as Python does, never the whole heap unasked.
+
+    >>> young_collections_only(); gc.get_threshold()[0] == YOUNG_THRESHOLD
+    True
+    >>> gc.set_threshold(700, 10, 10)
+    """
+    gc.set_threshold(young, 10, _NEVER)
 
 
 def freeze_long_lived() -> None:
