@@ -81,24 +81,28 @@ class Deliveries:
         subs, kinds, mids, now = rnd.subs, rnd.kinds, rnd.msgs, rnd.now
         seq = self.seq
         ephemeral = self.ephemeral
-        unknown = list({s for s in subs if s not in seq})
+        reached = set(subs)
+        unknown = list(reached.difference(seq))
         if unknown:  # first delivery since start: continue the log's numbering (an ephemeral
             # subscription may have been durable before: its old log's numbers stay used)
             for s, last in zip(unknown, await self.md.last_sequences(unknown), strict=True):
                 seq.setdefault(s, last)
         seqs: list[int] = []
-        log = []
-        refreshed = self._refreshed
-        stale = now - self.retention_s * REFRESH_SHARE
-        for sid, kind, mid in zip(subs, kinds, mids, strict=True):
+        append = seqs.append
+        for sid in subs:
             n = seq[sid] + 1
             seq[sid] = n
-            seqs.append(n)
-            if sid not in ephemeral:
-                refresh = refreshed.get(sid, -math.inf) < stale
-                if refresh:
-                    refreshed[sid] = now
-                log.append((sid, n, kind, mid, refresh))
+            append(n)
+        log = []
+        if not ephemeral.issuperset(reached):
+            refreshed = self._refreshed
+            stale = now - self.retention_s * REFRESH_SHARE
+            for sid, n, kind, mid in zip(subs, seqs, kinds, mids, strict=True):
+                if sid not in ephemeral:
+                    refresh = refreshed.get(sid, -math.inf) < stale
+                    if refresh:
+                        refreshed[sid] = now
+                    log.append((sid, n, kind, mid, refresh))
         # Delivery messages are built only where someone takes them: a move's caller, a stream
         msgs: dict[str, pb.Message] = {}
         built: dict[int, pb.Delivery] = {}
@@ -131,12 +135,12 @@ class Deliveries:
         self.delivered += len(subs)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(self._write_loop())
-        await self._written.put((now, subs, log, rnd.payloads, delivery))
+        await self._written.put((now, subs, reached, log, rnd.payloads, delivery))
 
     async def _write_loop(self) -> None:
         """Rounds in order: the retention log first, then the open streams."""
         while True:
-            now, subs, log, payloads, delivery = await self._written.get()
+            now, subs, reached, log, payloads, delivery = await self._written.get()
             try:
                 await self.md.append_log(
                     log, payloads, now, self.retention_max, self.retention_s * (1 + REFRESH_SHARE)
@@ -145,15 +149,16 @@ class Deliveries:
                 self.unlogged += len(log)
                 _log.warning("could not log %d deliveries", len(log), exc_info=True)
             finally:
-                self._offer(subs, delivery)
+                self._offer(subs, reached, delivery)
                 self._written.task_done()
 
-    def _offer(self, subs: list[str], delivery) -> None:
+    def _offer(self, subs: list[str], reached: set[str], delivery) -> None:
         streams = self.streams
-        if not streams:
+        followed = reached.intersection(streams) if streams else None
+        if not followed:
             return
         for i, sid in enumerate(subs):
-            if sid not in streams:
+            if sid not in followed:
                 continue
             for st in streams[sid]:
                 if st.overflowed:

@@ -57,7 +57,7 @@ class ShardHandle(Protocol):
 
     async def apply(
         self, ops: list[tuple], now: float
-    ) -> tuple[list[Update], list[list[Update]]]: ...
+    ) -> tuple[list[Update], list[list[Update] | list[str]]]: ...
 
 
 def location_bbox(loc: Point | Rect) -> tuple[float, float, float, float]:
@@ -331,8 +331,8 @@ class Engine:
         for op, places in zip(ops, where, strict=True):
             start = len(rnd.subs)
             if len(places) == 1 and op.kind == "pub" and op.arg.id not in multi:
-                # the common case: a message on one shard, whose updates are its ADDs as they
-                # are (a shard reports a subscription once); no netting needed
+                # the common case: a message on one shard, whose updates are ADDs to the
+                # subscriptions it names (each once); no netting needed
                 k, i = places[0]
                 part = by_shard[k][1][i]
                 if isinstance(part, Exception):
@@ -340,7 +340,7 @@ class Engine:
                         _fail(op.future, part)
                 elif part:
                     mid = op.arg.id
-                    rnd.subs.extend([u[0] for u in part])
+                    rnd.subs.extend(part)
                     rnd.kinds.extend([0] * len(part))
                     rnd.msgs.extend([mid] * len(part))
                     rnd.payloads[mid] = op.payload
@@ -352,7 +352,11 @@ class Engine:
                 if not op.future.done():
                     _fail(op.future, failed)
                 parts = [p for p in parts if not isinstance(p, Exception)]
-            self._merge([u for p in parts for u in p], rnd, op)
+            if op.kind == "pub":  # a shard answers a publish with the subscriptions it reached
+                mid = op.arg.id
+                self._merge([(s, "+", mid) for p in parts for s in p], rnd, op)
+            else:
+                self._merge([u for p in parts for u in p], rnd, op)
             rnd.spans.append((op, start, len(rnd.subs)))
         if self._broken:
             await self._reload_broken(now)

@@ -110,7 +110,7 @@ class ShardActor:
         return self._live().snapshot()
 
     # ---- batches ------------------------------------------------------------------------------
-    def apply(self, ops: Sequence[tuple], now: float) -> tuple[list[Update], list[list[Update]]]:
+    def apply(self, ops: Sequence[tuple], now: float) -> tuple[list[Update], list[list]]:
         """One coordinator round: advance to ``now``, then the operations in order
         (``shard.ops.apply_ops``)."""
         return apply_ops(self._live(), ops, now)

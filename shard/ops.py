@@ -2,7 +2,7 @@
 
 An operation is a plain tuple (picklable, no protobuf):
 
-    ("pub", Message)          (s, +m) for each matching s
+    ("pub", Message)          the ids of the matching subscriptions (each gets +m)
     ("sub", Subscription)     create or replace: +m / the replacement's difference
     ("unsub", id)             no updates
     ("detach", id)            -m for everything s holds here, then removed (s left this shard)
@@ -39,15 +39,16 @@ PICKLE_PROTOCOL = 5
 
 def apply_ops(
     state: ShardState, ops: Sequence[tuple], now: float
-) -> tuple[list[Update], list[list[Update]]]:
-    """Returns (expirations up to ``now``, the updates of each operation). A run that the shard
+) -> tuple[list[Update], list[list]]:
+    """Returns (expirations up to ``now``, the updates of each operation: for a publish, the ids
+    of the subscriptions it reached). A run that the shard
     rejects (each batch call is all-or-nothing) leaves the shard unchanged; its operations get
     the exception in place of their updates, the other runs go on."""
     for i, op in enumerate(ops):
         if not isinstance(op, tuple) or not op or op[0] not in _KINDS:
             raise ValidationError(f"ops[{i}]", op, f"must be a tuple starting with one of {_KINDS}")
     expired = state.advance(now)
-    out: list[list[Update]] = [[] for _ in ops]
+    out: list[list] = [[] for _ in ops]
     i = 0
     while i < len(ops):
         kind = ops[i][0]
@@ -70,10 +71,11 @@ def apply_ops(
 
 
 def _apply_run(state, kind, run, keys, out, now) -> None:
-    if kind == "pub":
-        ups = state.publish_batch([op[1] for op in run], now)
-        for u in ups:
-            out[keys[u[2]]].append(u)
+    if kind == "pub":  # a list of subscription ids per message: no tuple per delivery
+        expired, groups = state.publish_grouped([op[1] for op in run], now)
+        assert not expired, "the shard was advanced before its runs"
+        for k, subs in zip(keys.values(), groups, strict=True):
+            out[k] = subs
         return
     if kind == "sub":
         ups = state.subscribe_batch([op[1] for op in run], now)

@@ -219,6 +219,23 @@ class ShardState:
         self._validate_messages(messages, now)
         return self.tree.publish_batch(messages, now)
 
+    def publish_grouped(
+        self, messages: Sequence[Message], now: float
+    ) -> tuple[list[Update], list[list[str]]]:
+        """``publish_batch`` answered as (the expirations up to ``now``, for each message the
+        ids of the subscriptions it reached): what the coordinator takes, without a tuple per
+        delivery.
+
+        >>> from shard.model import Message, Point, Rect, Subscription
+        >>> st = ShardState(0)
+        >>> _ = st.subscribe_batch([Subscription("s", (("x",),), Rect(0, 0, 1, 1))], 0.0)
+        >>> st.publish_grouped([Message("a", ("x",), Point(2, 2)), Message("b", ("x",), Point(0.5, 0.5))], 0.0)
+        ([], [[], ['s']])
+        """
+        messages = list(messages)
+        self._validate_messages(messages, now)
+        return self.tree.publish_grouped(messages, now)
+
     def move_batch(self, moves: Sequence[tuple[str, Point]], now: float) -> list[Update]:
         """Re-centre moving subscriptions, in order (one may move twice): -m for each message
         lost, +m for each gained (Alg. 6, one compiled call). O(batch · (depth + m-lists)).

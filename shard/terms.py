@@ -20,6 +20,8 @@ def normalize_term(s: str) -> str:
     >>> normalize_term("Straße")
     'strasse'
     """
+    if s.isascii():  # NFKC leaves ASCII as it is, and casefolds it to lower case
+        return s.lower().strip()
     return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", s).casefold()).strip()
 
 
@@ -56,7 +58,9 @@ def message_terms(keywords: Iterable[str], text: str | None) -> tuple[str, ...]:
         t = normalize_term(kw)
         if not t:
             raise ValidationError(f"keywords[{i}]", kw, "empty after normalization")
-        terms.add(check_term(f"keywords[{i}]", t))
+        if len(t) > MAX_TERM_LEN:
+            check_term(f"keywords[{i}]", t)
+        terms.add(t)
     if text:
         for t in tokenize(text):
             terms.add(check_term("text", t))

@@ -4,6 +4,7 @@ core's ValidationError naming a real field path of the request (``subscription.r
 from __future__ import annotations
 
 import math
+import random
 import re
 
 import pytest
@@ -365,3 +366,54 @@ def test_delivery_rejects_an_unknown_sign():
 )
 def test_proto_field(field, path):
     assert proto_field(field) == path
+
+
+def _message_cases():
+    """Point messages around every check of the fast path, valid and not."""
+    rng = random.Random(5)
+    ids = ["m1", "", "x" * 128, "x" * 129, "tab\there", "é"]
+    keyword_sets = [[], ["iPad"], ["ＩＰＡＤ", "Straße"], [" "], ["a" * 65], ["A", "a"], ["x"] * 3]
+    texts = ["", "iPad sale, today!", "x" * 16385, "   "]
+    coords = [0.0, -0.0, 180.0, -180.0, 180.0001, 90.0, -90.0, 90.5, math.nan, math.inf]
+    ttls = [0.0, 5.0, -1.0, math.nan, math.inf, 1e-9]
+    for _ in range(1500):  # valid ones, some with text and non-ASCII keywords
+        m = pb.Message(
+            id=f"m{rng.randrange(10**6)}",
+            keywords=rng.choice(keyword_sets[1:3] + keyword_sets[5:]),
+            text=rng.choice(texts[:2]),
+            ttl_s=rng.choice([0.0, 5.0, 1e-9]),
+        )
+        m.point.CopyFrom(pb.Point(lon=rng.uniform(-180, 180), lat=rng.uniform(-90, 90)))
+        yield m
+    for _ in range(3000):
+        m = pb.Message(
+            id=rng.choice(ids),
+            keywords=rng.choice(keyword_sets),
+            text=rng.choice(texts),
+            ttl_s=rng.choice(ttls),
+        )
+        if rng.random() < 0.9:
+            m.point.CopyFrom(
+                pb.Point(lon=rng.choice(coords), lat=rng.choice(coords[:4] + coords[5:]))
+            )
+        else:
+            m.rect.CopyFrom(pb.Rect(min_lon=0, min_lat=0, max_lon=rng.choice(coords), max_lat=1))
+        yield m
+
+
+def test_message_fast_path_equals_the_workload_form_validation():
+    from coordinator.convert import _message_via_dict
+
+    def outcome(f, *args, **kwargs):
+        try:
+            return "ok", f(*args, **kwargs)
+        except ValidationError as e:
+            return "error", (e.field, str(e))
+
+    seen = {"ok": 0, "error": 0}
+    for m in _message_cases():
+        fast = outcome(from_proto_message, m, default_id="d", field="messages[3]")
+        slow = outcome(_message_via_dict, m, m.id or "d", "messages[3]")
+        assert fast == slow, m
+        seen[fast[0]] += 1
+    assert seen["ok"] > 1500 and seen["error"] > 2000, seen

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import unicodedata
 
 import pytest
 from hypothesis import given
@@ -107,3 +108,9 @@ def test_dnf_is_equivalent(text):
         for present in itertools.combinations(TERMS, r):
             s = set(present)
             assert any(set(c) <= s for c in dnf) == evaluate(text, s), (text, dnf, s)
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=20))
+def test_normalize_term_ascii_shortcut_equals_the_unicode_rules(s):
+    full = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", s).casefold()).strip()
+    assert normalize_term(s) == full

@@ -224,6 +224,16 @@ class APPlusTree(APTree):
 
     def publish_batch(self, messages: Sequence[Message], now: float) -> list[Update]:
         """Publish several messages at ``now`` with one compiled traversal (the shard's micro-batch)."""
+        updates, groups = self.publish_grouped(messages, now)
+        for m, subs in zip(messages, groups, strict=True):
+            updates += [(s, "+", m.id) for s in subs]
+        return updates
+
+    def publish_grouped(
+        self, messages: Sequence[Message], now: float
+    ) -> tuple[list[Update], list[list[str]]]:
+        """``publish_batch`` answered as (the expirations up to ``now``, for each message the
+        ids of the subscriptions it reached, in traversal order): no tuple per delivery."""
         updates = self.advance(now)
         self._published += len(messages)
         self._first_publish = min(self._first_publish, self.now)
@@ -263,9 +273,10 @@ class APPlusTree(APTree):
         out_m, out_s = self._traverse(
             off, terms, kind, geom, int(self._tree[10][C_ROOT]), slot_of_q, any(stored)
         )
-        names = self.store.ids[out_s].tolist()
-        updates += [(s, "+", messages[q].id) for s, q in zip(names, out_m.tolist(), strict=True)]
-        return updates
+        order = np.argsort(out_m, kind="stable")  # by message, traversal order within each
+        names = self.store.ids[out_s[order]].tolist()
+        ends = np.cumsum(np.bincount(out_m, minlength=len(messages))).tolist()
+        return updates, [names[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
 
     # ---- subscriptions --------------------------------------------------------------------
     def _form(self, slot: int):
