@@ -261,12 +261,10 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
             _check_batch_ids(msgs)
         now = self.app.clock()
         payloads = []
-        for m, mp in zip(msgs, protos, strict=True):
-            out = pb.Message()
-            out.CopyFrom(mp)
-            out.id = m.id
-            out.time = now
-            payloads.append(out.SerializeToString())
+        for m, mp in zip(msgs, protos, strict=True):  # the request's own messages, stamped
+            mp.id = m.id
+            mp.time = now
+            payloads.append(mp.SerializeToString())
         futs = self.engine.publish_many(msgs, payloads, fields)
         return [m.id for m in msgs], futs, batch
 

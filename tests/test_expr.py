@@ -114,3 +114,20 @@ def test_dnf_is_equivalent(text):
 def test_normalize_term_ascii_shortcut_equals_the_unicode_rules(s):
     full = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", s).casefold()).strip()
     assert normalize_term(s) == full
+
+
+_KEYWORD = st.text(alphabet=st.characters(max_codepoint=0x24F), max_size=8)
+_ODD = st.sampled_from(["a\x1fb", " ", "\t", "X" * 70, "ipad", "IPAD", " Sale "])
+
+
+@given(st.lists(_KEYWORD | _ODD, max_size=6))
+def test_message_terms_keyword_shortcut_equals_the_general_rules(keywords):
+    from shard.terms import _ascii_keyword_terms, _terms
+
+    fast = _ascii_keyword_terms(keywords)
+    if fast is not None:  # it answers only what the general rules accept, and identically
+        assert fast == _terms(keywords, None)
+    elif keywords and all(
+        k.isascii() and k.strip() and len(k) <= 64 and "\x1f" not in k for k in keywords
+    ):
+        raise AssertionError(f"valid ASCII keywords not taken by the shortcut: {keywords!r}")
