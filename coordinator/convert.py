@@ -192,17 +192,47 @@ def to_proto_message(msg: Message, *, time: float = 0.0) -> pb.Message:
 
 
 # ---- location updates and deliveries ---------------------------------------------------------
-def from_proto_location_update(request: pb.UpdateLocationRequest) -> tuple[str, Point]:
-    """(subscription id, new centre) of an UpdateLocationRequest; the point is required (an unset
-    point would read as (0, 0)).
+def from_proto_location_update(
+    request: pb.UpdateLocationRequest | pb.LocationUpdate, *, field: str = ""
+) -> tuple[str, Point]:
+    """(subscription id, new centre) of an UpdateLocationRequest or one of its ``moves``; the
+    point is required (an unset point would read as (0, 0)). Errors name ``{field}id`` /
+    ``{field}point...``.
 
     >>> from_proto_location_update(pb.UpdateLocationRequest(id="s1", point=pb.Point(lon=1, lat=2)))
     ('s1', Point(lon=1.0, lat=2.0))
     """
-    sid = validate_id("id", request.id)
+    sid = validate_id(f"{field}id", request.id)
     if not request.HasField("point"):
-        raise ValidationError("point", None, "required")
-    return sid, from_proto_point(request.point)
+        raise ValidationError(f"{field}point", None, "required")
+    return sid, from_proto_point(request.point, field=f"{field}point")
+
+
+MAX_MOVE_BATCH = 10_000
+"""Moves in one UpdateLocationRequest's ``moves``."""
+
+
+def from_proto_location_request(
+    request: pb.UpdateLocationRequest, max_moves: int
+) -> tuple[list[tuple[str, Point]], list[str]]:
+    """The moves of an UpdateLocationRequest, its ``id``/``point`` or its ``moves`` (at most
+    ``max_moves``), each checked, with the field that names each in errors.
+
+    >>> req = pb.UpdateLocationRequest(moves=[pb.LocationUpdate(id="a", point=pb.Point(lon=1))])
+    >>> from_proto_location_request(req, 10)
+    ([('a', Point(lon=1.0, lat=0.0))], ['moves[0].'])
+    """
+    if not request.moves:
+        return [from_proto_location_update(request)], [""]
+    if request.id or request.HasField("point"):
+        raise ValidationError("moves", len(request.moves), "give id and point, or moves, not both")
+    if len(request.moves) > max_moves:
+        raise ValidationError("moves", len(request.moves), f"at most {max_moves} per request")
+    fields = [f"moves[{i}]." for i in range(len(request.moves))]
+    moves = [
+        from_proto_location_update(m, field=f) for m, f in zip(request.moves, fields, strict=True)
+    ]
+    return moves, fields
 
 
 def to_proto_delivery(

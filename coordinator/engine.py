@@ -218,15 +218,34 @@ class Engine:
         return self._submit(Op("unsub", sub_id, self._future()))
 
     def move(self, sub_id: str, point: Point) -> asyncio.Future:
-        """Future of the deliveries of this move (their indices in the round)."""
-        sub = self.subs.get(sub_id)
-        if sub is None:
-            raise NotFoundError("subscription", sub_id)
-        if not sub.moving:
-            raise ValidationError(
-                "id", sub_id, "the subscription is not moving (subscribe it with moving=true)"
-            )
-        return self._submit(Op("move", sub_id, self._future(), point=point))
+        """Future of the deliveries of this move."""
+        return self.move_many([(sub_id, point)], [""])[0]
+
+    def move_many(
+        self, moves: Sequence[tuple[str, Point]], fields: Sequence[str]
+    ) -> list[asyncio.Future]:
+        """Move several subscriptions in order, all or nothing: every move is checked before
+        any is queued. ``fields`` prefixes each move's ``id`` in errors."""
+        for (sub_id, _), f in zip(moves, fields, strict=True):
+            sub = self.subs.get(sub_id)
+            if sub is None:
+                raise NotFoundError("subscription", sub_id)
+            if not sub.moving:
+                raise ValidationError(
+                    f"{f}id",
+                    sub_id,
+                    "the subscription is not moving (subscribe it with moving=true)",
+                )
+        if self._stopped:
+            raise UnavailableError("the coordinator is reloading or stopping; retry")
+        if len(self._pending) + len(moves) > self.queue_max:
+            self.stats["rejected_overload"] += 1
+            raise OverloadedError(f"{len(self._pending)} operations waiting; retry later")
+        loop = asyncio.get_running_loop()
+        ops = [Op("move", sid, loop.create_future(), point=p) for sid, p in moves]
+        self._pending.extend(ops)
+        self._wake.set()
+        return [op.future for op in ops]
 
     @staticmethod
     def new_message_id() -> str:

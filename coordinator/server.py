@@ -19,7 +19,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from coordinator.convert import (
-    from_proto_location_update,
+    MAX_MOVE_BATCH,
+    from_proto_location_request,
     from_proto_message,
     from_proto_subscription,
     to_proto_subscription,
@@ -46,6 +47,7 @@ PERSIST_EVERY_S = 1.0
 """Moved subscriptions' regions are written to Redis in batches this often."""
 MAX_PUBLISH_BATCH = 10_000
 """Messages in one PublishRequest's ``messages``."""
+
 MAP_SAMPLE = 200_000
 """Subscription centres sampled to build a partition map."""
 
@@ -293,24 +295,31 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
         async for submitted in _pipelined(request_iterator, submit, lambda x: len(x[0])):
             yield await self._published(submitted, context)
 
+    def _submit_moves(self, request: pb.UpdateLocationRequest) -> list[asyncio.Future]:
+        """Validate an UpdateLocationRequest whole, then hand its move(s) to the engine."""
+        moves, fields = from_proto_location_request(request, MAX_MOVE_BATCH)
+        futs = self.engine.move_many(moves, fields)
+        for sub_id, _ in moves:  # persisted by the next batch write even if the call times out
+            self.app.moved(sub_id)
+        return futs
+
+    async def _moved(self, futs: list[asyncio.Future], context) -> list[pb.Delivery]:
+        limit = self.app.settings.deadline_s
+        await _within(futs[-1], context, limit)  # rounds finish in order
+        return [d for f in futs for d in await _within(f, context, limit)]
+
     @grpc_errors
     async def UpdateLocation(self, request, context):
-        sub_id, point = from_proto_location_update(request)
-        fut = self.engine.move(sub_id, point)
-        self.app.moved(sub_id)  # persisted by the next batch write even if the call times out
-        ups = await _within(fut, context, self.app.settings.deadline_s)
+        ups = await self._moved(self._submit_moves(request), context)
         return pb.UpdateLocationResponse(updates=ups)
 
     @grpc_errors
     async def LocationStream(self, request_iterator, context):
         async def submit(req):
-            sub_id, point = from_proto_location_update(req)
-            return sub_id, self.engine.move(sub_id, point)
+            return self._submit_moves(req)
 
-        async for sub_id, fut in _pipelined(request_iterator, submit):
-            self.app.moved(sub_id)
-            ups = await _within(fut, context, self.app.settings.deadline_s)
-            for d in ups:
+        async for futs in _pipelined(request_iterator, submit, len):
+            for d in await self._moved(futs, context):
                 yield d
 
     @grpc_errors

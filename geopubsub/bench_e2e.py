@@ -79,7 +79,8 @@ def register(kinds: argparse._SubParsersAction) -> None:
         "--batch",
         type=int,
         default=1,
-        help="(a), (b): messages per PublishRequest (PublishRequest.messages when > 1)",
+        help="(a), (b): messages per PublishRequest (PublishRequest.messages when > 1); (c): moves "
+        "per UpdateLocationRequest (its moves when > 1)",
     )
     p.add_argument("--streams", type=int, default=200, help="result streams read")
     p.add_argument("--rate", type=float, default=5000.0, help="(b): messages/s offered")
@@ -350,7 +351,9 @@ async def phases(
                 f"(c) moves: one LocationStream over {len(moving):,} moving subscriptions "
                 f"for {args.moves_duration:g} s"
             )
-            crowd = Crowd(moving, rate=None, step_deg=args.step_deg, seed=args.seed)
+            crowd = Crowd(
+                moving, rate=None, step_deg=args.step_deg, seed=args.seed, batch=args.batch
+            )
             stop = asyncio.Event()
             profiler.start("c-moves")
             run = asyncio.ensure_future(crowd.run(stub(), stop))
@@ -367,6 +370,7 @@ async def phases(
                 "seconds": round(secs, 2),
                 "moves_per_s": round(crowd.sent / secs, 1),
                 "updates": crowd.updates,
+                "batch": args.batch,
             }
             _log(
                 f"    {crowd.sent:,} moves in {secs:.1f} s: {out['c']['moves_per_s']:,.0f} "
@@ -539,8 +543,9 @@ def _summary(r: dict) -> None:
     )
     if c:
         lines.append(
-            f"(c) moves       {c['moves_per_s']:,.0f} location updates/s through LocationStream "
-            f"({c['moves']:,} moves, {c['updates']:,} updates, {c['live_messages']:,} live messages)"
+            f"(c) moves       {c['moves_per_s']:,.0f} location updates/s through LocationStream, "
+            f"{c['batch']} per request ({c['moves']:,} moves, {c['updates']:,} updates, "
+            f"{c['live_messages']:,} live messages)"
         )
     if ref:
         lines.append(

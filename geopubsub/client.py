@@ -23,6 +23,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from coordinator.convert import (
+    MAX_MOVE_BATCH,
     from_proto_delivery,
     from_proto_subscription,
     to_proto_message,
@@ -31,6 +32,7 @@ from coordinator.convert import (
 )
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
+from shard.errors import ValidationError
 from shard.model import (
     Message,
     Subscription,
@@ -260,18 +262,34 @@ class GeoPubSubClient:
         )
         return [Delivery.from_proto(d) for d in response.updates]
 
-    def update_locations(self, moves: Iterable[tuple[str, float, float]]) -> Iterator[Delivery]:
-        """Send ``(id, lon, lat)`` moves over one LocationStream; yields the deliveries they cause
-        as they arrive (each also goes to its subscription's result stream)."""
+    def update_locations(
+        self, moves: Iterable[tuple[str, float, float]], *, batch: int = 1
+    ) -> Iterator[Delivery]:
+        """Send ``(id, lon, lat)`` moves over one LocationStream, up to ``batch`` per request
+        (``UpdateLocationRequest.moves``); yields the deliveries they cause as they arrive (each
+        also goes to its subscription's result stream). A batch is sent once full or when
+        ``moves`` ends."""
+        if not 1 <= batch <= MAX_MOVE_BATCH:
+            raise ValidationError("batch", batch, f"must be 1-{MAX_MOVE_BATCH}")
         rejected: list[Exception] = []
 
         def requests() -> Iterator[pb.UpdateLocationRequest]:
+            pending: list[pb.LocationUpdate] = []
             for sid, lon, lat in moves:
                 try:
-                    yield _location_request(sid, lon, lat)
+                    req = _location_request(sid, lon, lat)
                 except Exception as exc:
                     rejected.append(exc)
-                    return
+                    break
+                if batch == 1:
+                    yield req
+                    continue
+                pending.append(pb.LocationUpdate(id=req.id, point=req.point))
+                if len(pending) == batch:
+                    yield pb.UpdateLocationRequest(moves=pending)
+                    pending = []
+            if pending:
+                yield pb.UpdateLocationRequest(moves=pending)
 
         for delivery in self._stub.LocationStream(requests()):
             yield Delivery.from_proto(delivery)

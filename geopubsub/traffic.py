@@ -399,7 +399,8 @@ class TrackedMover:
 class Crowd:
     """Many moving subscriptions random-walking over one LocationStream, ``rate`` moves/s (None: as
     fast as the stream takes them); each move shifts a subscription's centre by about
-    ``step_deg``. Counts the moves sent and the updates streamed back."""
+    ``step_deg``. ``batch`` > 1 sends up to that many moves per request (the moves due
+    together). Counts the moves sent and the updates streamed back."""
 
     def __init__(
         self,
@@ -408,9 +409,13 @@ class Crowd:
         rate: float | None,
         step_deg: float = 0.05,
         seed: int = 0,
+        batch: int = 1,
     ) -> None:
         if not subs:
             raise ValueError("a crowd needs moving subscriptions")
+        if batch < 1:
+            raise ValueError(f"batch must be >= 1, got {batch}")
+        self.batch = batch
         self.ids = [s.id for s in subs]
         centres = [region_centre(s.region) for s in subs]
         self.lon = np.array([c.lon for c in centres])
@@ -452,9 +457,19 @@ class Crowd:
                 if due <= 0:
                     await asyncio.sleep(PACE_SLICE_S)
                     continue
-                for req in self._steps(due):
-                    self.sent += 1
-                    yield req
+                steps = self._steps(due)
+                self.sent += len(steps)
+                if self.batch == 1:
+                    for req in steps:
+                        yield req
+                else:
+                    for a in range(0, len(steps), self.batch):
+                        yield pb.UpdateLocationRequest(
+                            moves=[
+                                pb.LocationUpdate(id=r.id, point=r.point)
+                                for r in steps[a : a + self.batch]
+                            ]
+                        )
                 if self.rate is None:
                     await asyncio.sleep(0)
 

@@ -26,7 +26,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from coordinator.convert import (
-    from_proto_location_update,
+    MAX_MOVE_BATCH,
+    from_proto_location_request,
     from_proto_message,
     from_proto_subscription,
     to_proto_delivery,
@@ -50,6 +51,7 @@ class FakeGeoPubSub(pb_grpc.GeoPubSubServicer):
         self.logs: dict[str, list[pb.Delivery]] = {}
         self.published = 0
         self.stream_requests: list[tuple[str, int]] = []
+        self.move_requests: list[int] = []  # moves per location request
         self.break_streams: list[int] = []
         self.changed = threading.Condition()
 
@@ -101,12 +103,16 @@ class FakeGeoPubSub(pb_grpc.GeoPubSubServicer):
     def UpdateLocation(self, request, context):
         """Re-centres nothing: answers one REMOVE of a message ``left-<id>`` (to check the
         client's conversion of the updates)."""
-        sid, point = from_proto_location_update(request)
+        moves, _ = from_proto_location_request(request, MAX_MOVE_BATCH)
         with self.changed:
-            if sid not in self.subs:
-                context.abort(grpc.StatusCode.NOT_FOUND, f"subscription {sid!r} not found")
-            gone = pb.Message(id=f"left-{point.lon:g}-{point.lat:g}")
-            return pb.UpdateLocationResponse(updates=[self._deliver(sid, "-", gone)])
+            self.move_requests.append(len(moves))
+            updates = []
+            for sid, point in moves:
+                if sid not in self.subs:
+                    context.abort(grpc.StatusCode.NOT_FOUND, f"subscription {sid!r} not found")
+                gone = pb.Message(id=f"left-{point.lon:g}-{point.lat:g}")
+                updates.append(self._deliver(sid, "-", gone))
+            return pb.UpdateLocationResponse(updates=updates)
 
     def LocationStream(self, request_iterator, context):
         for request in request_iterator:

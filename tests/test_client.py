@@ -118,6 +118,14 @@ def test_update_location_returns_deliveries(server, client):
         Delivery("s1", 2, "-", "left-5-6"),
         Delivery("s1", 3, "-", "left-7-8"),
     ]
+    fake = server[0]
+    fake.move_requests.clear()
+    walk = [("s1", x, 0) for x in range(5)]
+    got = list(client.update_locations(walk, batch=2))  # requests of 2, 2 and 1 moves
+    assert [d.message_id for d in got] == [f"left-{x}-0" for x in range(5)]
+    assert fake.move_requests == [2, 2, 1]
+    with pytest.raises(ValidationError, match="batch"):
+        list(client.update_locations(walk, batch=0))
     with pytest.raises(ValidationError, match=r"point\[1\]=91"):
         client.update_location("s1", 0, 91)
 

@@ -417,3 +417,32 @@ def test_message_fast_path_equals_the_workload_form_validation():
         assert fast == slow, m
         seen[fast[0]] += 1
     assert seen["ok"] > 1500 and seen["error"] > 2000, seen
+
+
+def test_location_requests_single_or_batched_name_the_bad_move():
+    from coordinator.convert import from_proto_location_request
+
+    one = pb.UpdateLocationRequest(id="s", point=pb.Point(lon=1, lat=2))
+    assert from_proto_location_request(one, 5) == ([("s", Point(1.0, 2.0))], [""])
+    moves = [pb.LocationUpdate(id=f"s{i}", point=pb.Point(lon=i, lat=0)) for i in range(3)]
+    got, fields = from_proto_location_request(pb.UpdateLocationRequest(moves=moves), 5)
+    assert got == [(f"s{i}", Point(float(i), 0.0)) for i in range(3)]
+    assert fields == ["moves[0].", "moves[1].", "moves[2]."]
+    cases = [
+        (
+            pb.UpdateLocationRequest(moves=moves + [pb.LocationUpdate(id="", point=pb.Point())]),
+            "moves[3].id",
+        ),
+        (pb.UpdateLocationRequest(moves=moves + [pb.LocationUpdate(id="x")]), "moves[3].point"),
+        (
+            pb.UpdateLocationRequest(moves=[pb.LocationUpdate(id="x", point=pb.Point(lon=200))]),
+            "moves[0].point.lon",
+        ),
+        (pb.UpdateLocationRequest(id="s", moves=moves), "moves"),
+        (pb.UpdateLocationRequest(moves=moves * 2), "moves"),
+        (pb.UpdateLocationRequest(id="s"), "point"),
+    ]
+    for req, field in cases:
+        with pytest.raises(ValidationError) as info:
+            from_proto_location_request(req, 5)
+        assert info.value.field == field, (req, info.value)

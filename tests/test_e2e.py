@@ -491,3 +491,115 @@ def test_the_log_stores_a_message_once_and_reads_an_expired_one_as_its_id(redis_
             await md.close()
 
     run(main())
+
+
+def _applied(updates: list[tuple[str, str]], held: set[str]) -> set[str]:
+    """The result set after ``updates`` in order, from ``held``; each must add a message not
+    held or remove one held."""
+    held = set(held)
+    for g, m in updates:
+        assert (m in held) == (g == "-"), (g, m)
+        (held.add if g == "+" else held.remove)(m)
+    return held
+
+
+def test_batched_moves_equal_the_in_process_tree_and_a_bad_batch_moves_nothing(
+    ray_session, redis_url
+):
+    """Moving subscriptions walk across the shard boundary in batches of moves (LocationStream
+    and UpdateLocation, a subscription twice in one batch too); each gets exactly the updates
+    the in-process AP+-Tree gives for the same moves in the same order."""
+    rng = random.Random(8)
+    words = ["a", "b"]
+    msgs = []
+    for i in range(60):
+        kws = tuple(sorted(set(rng.choices(words, k=2))))
+        if i % 5 == 0:
+            x0 = rng.uniform(-3, 2)
+            loc = Rect(x0, -1, x0 + rng.uniform(0, 2), 1)
+        else:
+            loc = Point(round(rng.uniform(-3, 3), 2), round(rng.uniform(-2, 2), 2))
+        msgs.append(Message(f"m{i}", kws, loc, ttl=3600.0, keywords=kws))
+    movers = [
+        Subscription(f"w{k}", ((rng.choice(words),),), Rect(-3, -0.5, -2, 0.5), moving=True)
+        for k in range(5)
+    ]
+    moves = [
+        (rng.choice(movers).id, Point(round(rng.uniform(-3, 3), 2), round(rng.uniform(-1, 1), 2)))
+        for _ in range(70)
+    ]
+
+    def request(part):
+        return pb.UpdateLocationRequest(
+            moves=[pb.LocationUpdate(id=s, point=pb.Point(lon=p.lon, lat=p.lat)) for s, p in part]
+        )
+
+    async def main():
+        async with Cluster(_settings(redis_url, uuid.uuid4().hex)) as c:
+            ref = APPlusTree()
+            for s in movers:
+                await c.stub.Subscribe(pb.SubscribeRequest(subscription=to_proto_subscription(s)))
+                ref.subscribe(s, 0.0)
+            for m in msgs:
+                await c.stub.Publish(pb.PublishRequest(message=to_proto_message(m)))
+            first = {s.id: set() for s in movers}
+            for s, _, m in ref.publish_batch(msgs, 0.0):
+                first[s].add(m)
+            want = {s.id: [] for s in movers}
+            for t, (sid, p) in enumerate(moves, start=1):
+                for s, g, m in ref.move(sid, p, float(t)):
+                    want[s].append((g, m))
+
+            async def requests():
+                for a in range(0, 50, 7):
+                    yield request(moves[a : min(a + 7, 50)])
+
+            got = {s.id: [] for s in movers}
+            async for d in c.stub.LocationStream(requests()):
+                got[d.subscription_id].append(
+                    ("+" if d.kind == pb.Delivery.ADD else "-", d.message.id)
+                )
+            r = await c.stub.UpdateLocation(request(moves[50:]))
+            for d in r.updates:
+                got[d.subscription_id].append(
+                    ("+" if d.kind == pb.Delivery.ADD else "-", d.message.id)
+                )
+            for s in movers:
+                assert sorted(got[s.id]) == sorted(want[s.id]), s.id
+                held = first[s.id]  # in order, too
+                assert _applied(got[s.id], held) == _applied(want[s.id], held), s.id
+            assert sum(map(len, got.values())) > 20
+
+            before = {s.id: c.app.engine.subs[s.id].region for s in movers}
+            bad = [
+                (request([moves[0], ("nobody", Point(0, 0))]), grpc.StatusCode.NOT_FOUND, "nobody"),
+                (
+                    pb.UpdateLocationRequest(
+                        moves=[
+                            pb.LocationUpdate(id="w0", point=pb.Point(lon=1, lat=0)),
+                            pb.LocationUpdate(id="w1", point=pb.Point(lon=1, lat=95)),
+                        ]
+                    ),
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    "moves[1].point.lat",
+                ),
+                (
+                    pb.UpdateLocationRequest(
+                        id="w0", moves=[pb.LocationUpdate(id="w1", point=pb.Point())]
+                    ),
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    "moves",
+                ),
+                (
+                    request([("w0", Point(0, 0))] * 10_001),
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    "10000",
+                ),
+            ]
+            for req, code, text in bad:
+                with pytest.raises(grpc.aio.AioRpcError) as info:
+                    await c.stub.UpdateLocation(req)
+                assert info.value.code() == code and text in info.value.details(), info.value
+            assert {s.id: c.app.engine.subs[s.id].region for s in movers} == before
+
+    run(main())

@@ -142,6 +142,16 @@ class PublishResponse(_message.Message):
     def __init__(self, id: _Optional[str] = ..., matched: _Optional[int] = ..., ids: _Optional[_Iterable[str]] = ..., matches: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class UpdateLocationRequest(_message.Message):
+    __slots__ = ("id", "point", "moves")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    POINT_FIELD_NUMBER: _ClassVar[int]
+    MOVES_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    point: Point
+    moves: _containers.RepeatedCompositeFieldContainer[LocationUpdate]
+    def __init__(self, id: _Optional[str] = ..., point: _Optional[_Union[Point, _Mapping]] = ..., moves: _Optional[_Iterable[_Union[LocationUpdate, _Mapping]]] = ...) -> None: ...
+
+class LocationUpdate(_message.Message):
     __slots__ = ("id", "point")
     ID_FIELD_NUMBER: _ClassVar[int]
     POINT_FIELD_NUMBER: _ClassVar[int]
