@@ -474,6 +474,8 @@ def run(args) -> int:
                 )
                 report["registration"] = reg.as_dict()
                 _log(f"    {reg.registered:,} in {reg.seconds:.1f} s ({reg.per_s:,.0f}/s)")
+            if cluster is not None:
+                _settle(cluster.redis_url)
             profiler = _Profiler(
                 cluster.coordinator.pid if cluster else None, Path(args.data_dir), args.profile
             )
@@ -493,6 +495,29 @@ def run(args) -> int:
         _summary(report)
     ok = all(report[p].get("matched_equal", True) for p in ("a", "b"))
     return 0 if ok else 1
+
+
+def _settle(redis_url: str, timeout_s: float = 120.0) -> None:
+    """Wait until Redis has no append-only-file rewrite running or scheduled: loading 1M
+    subscriptions triggers rewrites (a forked child busy for ~10 s), which would otherwise
+    overlap the first phase in some runs and not in others."""
+    import redis
+
+    r = redis.Redis.from_url(redis_url)
+    deadline, quiet_since = time.time() + timeout_s, None
+    try:
+        while time.time() < deadline:
+            p = r.info("persistence")
+            if p.get("aof_rewrite_in_progress") or p.get("aof_rewrite_scheduled"):
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = time.time()
+            elif time.time() - quiet_since >= 2.0:
+                return
+            time.sleep(0.2)
+        _log(f"    Redis still rewriting its append-only file after {timeout_s:g} s; going on")
+    finally:
+        r.close()
 
 
 def _start(args):
