@@ -19,7 +19,7 @@ import logging
 import math
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 
 from coordinator.convert import to_proto_delivery
 from coordinator.engine import Round
@@ -72,6 +72,15 @@ class Deliveries:
         self._writer: asyncio.Task | None = None
         self._refreshed: dict[str, float] = {}
         """When each log's expiry was last set (by this process)."""
+
+    def prime(self, ids: Iterable[str], logged: dict[str, int]) -> None:
+        """Know where each subscription's numbering continues (its log's last sequence, else 0)
+        before any round needs it; a subscription numbered already keeps its number. A round
+        that meets an unknown subscription (one registered since) asks the log itself."""
+        seq = self.seq
+        for sid in ids:
+            if sid not in seq:
+                seq[sid] = logged.get(sid, 0)
 
     def forget(self, sub_id: str) -> None:
         self.seq.pop(sub_id, None)

@@ -19,6 +19,7 @@ uses too.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 
@@ -77,6 +78,22 @@ end
 return table.concat(out, ',')
 """
 """``last_sequences``: ARGV = log prefix, then ids; the last sequences joined by commas."""
+LOGGED_SCRIPT = b"""
+local page = redis.call('SCAN', ARGV[1], 'MATCH', ARGV[2], 'COUNT', ARGV[3])
+local out = {}
+local skip = string.len(ARGV[4]) + 1
+for _, k in ipairs(page[2]) do
+  local e = redis.call('XREVRANGE', k, '+', '-', 'COUNT', 1)
+  if e[1] then
+    out[#out + 1] = string.sub(k, skip)
+    out[#out + 1] = string.match(e[1][1], '^(%d+)')
+  end
+end
+return {page[1], table.concat(out, '\\n')}
+"""
+"""``logged_sequences``: ARGV = SCAN cursor, pattern, count, log prefix; the next cursor and
+the page's (id, last sequence) pairs, all joined by line breaks (ids are printable)."""
+LOGGED_SCAN_COUNT = 10_000
 
 
 def removal_payload(msg_id: str) -> bytes:
@@ -186,6 +203,24 @@ class Metadata:
             reply = await self._eval(LAST_SEQ_SCRIPT, chunk)
             out.extend(int(x) for x in reply.split(b","))
         return out
+
+    async def logged_sequences(self) -> dict[str, int]:
+        """The last logged sequence of every subscription that has a retention log, read once
+        at start (``LOGGED_SCRIPT``: SCAN and XREVRANGE inside Redis, a page per call) so that
+        rounds need not ask for it; O(keys in the database)."""
+        prefix = self.key("log", "").encode()
+        pattern = re.sub(rb"([*?\[\]\\])", rb"\\\1", prefix) + b"*"
+        out: dict[str, int] = {}
+        cursor = b"0"
+        while True:
+            cursor, raw = await self._eval(
+                LOGGED_SCRIPT, [cursor, pattern, b"%d" % LOGGED_SCAN_COUNT, prefix]
+            )
+            if raw:
+                parts = raw.decode().split("\n")
+                out.update(zip(parts[0::2], map(int, parts[1::2]), strict=True))
+            if cursor == b"0":
+                return out
 
     async def append_log(
         self,

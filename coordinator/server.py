@@ -106,6 +106,7 @@ class Coordinator:
             clock=self.clock,
         )
         per = self.engine.restore(subs)
+        self.deliveries.prime((s.id for s in subs), await self.md.logged_sequences())
         now = self.clock()
         await asyncio.gather(*(shards[k].load(per.get(k, []), now) for k in range(s.shards)))
         del subs, per
@@ -351,6 +352,11 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
                 for k, st in enumerate(per)
             ],
             uptime_s=self.app.clock() - self.app.started,
+            moves=eng.stats["moves"],
+            rounds=eng.stats["rounds"],
+            rejected_overload=eng.stats["rejected_overload"],
+            shard_failures=eng.stats["shard_failures"],
+            unlogged_deliveries=self.app.deliveries.unlogged,
         )
 
 

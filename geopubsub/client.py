@@ -381,6 +381,9 @@ def describe_stats(stats: pb.Stats) -> list[str]:
         f"live messages {stats.live_messages}",
         f"published {stats.published}, deliveries {stats.deliveries}, "
         f"dropped deliveries {stats.dropped_deliveries}, uptime {stats.uptime_s:.1f} s",
+        f"moves {stats.moves}, rounds {stats.rounds}, rejected (overload) "
+        f"{stats.rejected_overload}, shard failures {stats.shard_failures}, "
+        f"unlogged deliveries {stats.unlogged_deliveries}",
     ]
     lines += [
         f"shard {s.shard}: {s.subscriptions} subscriptions, {s.live_messages} live messages"

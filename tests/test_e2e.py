@@ -311,6 +311,8 @@ def test_a_crashed_shard_is_reloaded_from_the_subscriptions(ray_session, redis_u
                         await asyncio.sleep(0.2)
                 assert r.matched == sum(subscription_matches(s, m) for s in subs), m
             assert c.app.engine.stats["shard_failures"] >= 1
+            stats = await c.stub.GetStats(pb.GetStatsRequest())
+            assert stats.shard_failures == c.app.engine.stats["shard_failures"]
 
     run(main())
 
@@ -493,6 +495,31 @@ def test_the_log_stores_a_message_once_and_reads_an_expired_one_as_its_id(redis_
     run(main())
 
 
+def test_logged_sequences_reads_every_log_of_the_namespace_only(redis_url, monkeypatch):
+    import coordinator.metadata as metadata
+
+    monkeypatch.setattr(metadata, "LOGGED_SCAN_COUNT", 3)  # many pages
+
+    async def main():
+        ns = uuid.uuid4().hex
+        md = metadata.Metadata(redis_url, f"{ns}[*]?")  # glob characters are taken literally
+        other = metadata.Metadata(redis_url, f"{ns}*x")
+        try:
+            payload = to_proto_message(Message("m", ("x",), Point(1, 2))).SerializeToString()
+            ids = [f"s{i}" for i in range(20)] + ["a*[b]?", "ü é"]
+            rows = [(sid, k + 1, 0, "m", k == 0) for i, sid in enumerate(ids) for k in range(i)]
+            await md.append_log(rows, {"m": payload}, 5.0, 100, 60.0)
+            await other.append_log([("s3", 9, 0, "m", True)], {"m": payload}, 5.0, 100, 60.0)
+            want = {sid: i for i, sid in enumerate(ids) if i}
+            assert await md.logged_sequences() == want
+            assert await other.logged_sequences() == {"s3": 9}
+        finally:
+            await md.close()
+            await other.close()
+
+    run(main())
+
+
 def _applied(updates: list[tuple[str, str]], held: set[str]) -> set[str]:
     """The result set after ``updates`` in order, from ``held``; each must add a message not
     held or remove one held."""
@@ -601,5 +628,11 @@ def test_batched_moves_equal_the_in_process_tree_and_a_bad_batch_moves_nothing(
                     await c.stub.UpdateLocation(req)
                 assert info.value.code() == code and text in info.value.details(), info.value
             assert {s.id: c.app.engine.subs[s.id].region for s in movers} == before
+            stats = await c.stub.GetStats(pb.GetStatsRequest())
+            assert (stats.moves, stats.published) == (len(moves), len(msgs))
+            # micro-batched: a batch of moves is one round, not one per move
+            assert len(movers) < stats.rounds < len(movers) + len(msgs) + len(moves)
+            assert (stats.rejected_overload, stats.shard_failures) == (0, 0)
+            assert stats.unlogged_deliveries == 0
 
     run(main())

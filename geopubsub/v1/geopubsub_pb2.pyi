@@ -198,7 +198,7 @@ class ShardStats(_message.Message):
     def __init__(self, shard: _Optional[int] = ..., subscriptions: _Optional[int] = ..., live_messages: _Optional[int] = ...) -> None: ...
 
 class Stats(_message.Message):
-    __slots__ = ("subscriptions", "moving_subscriptions", "live_messages", "published", "deliveries", "dropped_deliveries", "shards", "uptime_s")
+    __slots__ = ("subscriptions", "moving_subscriptions", "live_messages", "published", "deliveries", "dropped_deliveries", "shards", "uptime_s", "moves", "rounds", "rejected_overload", "shard_failures", "unlogged_deliveries")
     SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
     MOVING_SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
     LIVE_MESSAGES_FIELD_NUMBER: _ClassVar[int]
@@ -207,6 +207,11 @@ class Stats(_message.Message):
     DROPPED_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
     SHARDS_FIELD_NUMBER: _ClassVar[int]
     UPTIME_S_FIELD_NUMBER: _ClassVar[int]
+    MOVES_FIELD_NUMBER: _ClassVar[int]
+    ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_OVERLOAD_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    UNLOGGED_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
     subscriptions: int
     moving_subscriptions: int
     live_messages: int
@@ -215,4 +220,9 @@ class Stats(_message.Message):
     dropped_deliveries: int
     shards: _containers.RepeatedCompositeFieldContainer[ShardStats]
     uptime_s: float
-    def __init__(self, subscriptions: _Optional[int] = ..., moving_subscriptions: _Optional[int] = ..., live_messages: _Optional[int] = ..., published: _Optional[int] = ..., deliveries: _Optional[int] = ..., dropped_deliveries: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ShardStats, _Mapping]]] = ..., uptime_s: _Optional[float] = ...) -> None: ...
+    moves: int
+    rounds: int
+    rejected_overload: int
+    shard_failures: int
+    unlogged_deliveries: int
+    def __init__(self, subscriptions: _Optional[int] = ..., moving_subscriptions: _Optional[int] = ..., live_messages: _Optional[int] = ..., published: _Optional[int] = ..., deliveries: _Optional[int] = ..., dropped_deliveries: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ShardStats, _Mapping]]] = ..., uptime_s: _Optional[float] = ..., moves: _Optional[int] = ..., rounds: _Optional[int] = ..., rejected_overload: _Optional[int] = ..., shard_failures: _Optional[int] = ..., unlogged_deliveries: _Optional[int] = ...) -> None: ...
