@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from coordinator.slots import Slots
 from shard.applus.tree import recentre
 from shard.errors import NotFoundError, OverloadedError, UnavailableError, ValidationError
 from shard.geometry import region_bbox
@@ -55,9 +56,14 @@ DEFAULT_TICK_S = 0.25
 class ShardHandle(Protocol):
     """What the engine needs of a shard (a Ray actor in the cluster, a ShardState in tests)."""
 
-    async def apply(
-        self, ops: list[tuple], now: float
-    ) -> tuple[list[Update], list[list[Update] | list[str]]]: ...
+    async def apply(self, ops: list[tuple], now: float) -> tuple[list[Update], list, Any]:
+        """``shard.ops.apply_ops``: (expirations, each operation's updates, or for a publish
+        the number of subscriptions it reached, the reached subscriptions' slots)."""
+        ...
+
+    async def load(self, subs: Sequence[Subscription], now: float, tags: Sequence[int]) -> int:
+        """Replace the shard's state by ``subs`` (bulk path) tagged with their slots."""
+        ...
 
 
 def location_bbox(loc: Point | Rect) -> tuple[float, float, float, float]:
@@ -91,22 +97,24 @@ class _Sent:
 @dataclass(slots=True)
 class Round:
     """What a round produced: its deliveries in order, before they get sequence numbers, as
-    columns (delivery i is ``subs[i]``, ``kinds[i]`` 0 ADD / 1 REMOVE, ``msgs[i]``), the
-    serialized Message of every message ADDed (``payloads``), and ``spans``: each operation
-    with the index range of its deliveries."""
+    columns (delivery i goes to the subscription in slot ``subs[i]`` (``coordinator.slots``),
+    ``kinds[i]`` 0 ADD / 1 REMOVE, ``msgs[i]``), the serialized Message of every message ADDed
+    (``payloads``), ``spans``: each operation with the index range of its deliveries, and the
+    subscriptions the round removed (their slots are given back once it is delivered)."""
 
     now: float
-    subs: list[str] = field(default_factory=list)
+    subs: list[int] = field(default_factory=list)
     kinds: list[int] = field(default_factory=list)
     msgs: list[str] = field(default_factory=list)
     payloads: dict[str, bytes] = field(default_factory=dict)
     spans: list[tuple[Op, int, int]] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.subs)
 
-    def add(self, sub_id: str, kind: int, msg_id: str) -> None:
-        self.subs.append(sub_id)
+    def add(self, slot: int, kind: int, msg_id: str) -> None:
+        self.subs.append(slot)
         self.kinds.append(kind)
         self.msgs.append(msg_id)
 
@@ -133,6 +141,7 @@ class Engine:
         queue_max: int = 100_000,
         clock: Callable[[], float] = time.time,
         tick_s: float = DEFAULT_TICK_S,
+        slots: Slots | None = None,
     ) -> None:
         if len(shards) != len(pm):
             raise ValidationError("shards", len(shards), f"must equal the map's {len(pm)} parts")
@@ -144,10 +153,13 @@ class Engine:
         self.queue_max = queue_max
         self.clock = clock
         self.tick_s = tick_s
+        self.slots = slots if slots is not None else Slots()
+        """Every placed subscription's slot: the shards tag it with it (shared with the
+        delivery stage, and kept over reloads)."""
         self.subs: dict[str, Subscription] = {}
         self.placement: dict[str, tuple[int, ...]] = {}
         self.live: dict[str, tuple[bytes, float]] = {}
-        self.multi: dict[str, dict[str, int]] = {}  # message on several shards -> sub -> count
+        self.multi: dict[str, dict[int, int]] = {}  # message on several shards -> slot -> count
         self._expiry: list[tuple[float, str]] = []
         self._pending: list[Op] = []
         self._wake = asyncio.Event()
@@ -174,16 +186,25 @@ class Engine:
         self._pending.clear()
 
     def restore(self, subs: Sequence[Subscription]) -> dict[int, list[Subscription]]:
-        """Register subscriptions loaded from Redis (before ``start``); returns each shard's
-        share for its bulk load."""
+        """Register subscriptions loaded from Redis (before ``start``), each in a slot (a slot
+        of a subscription that is gone is given back); returns each shard's share for its bulk
+        load (``load_shard``)."""
         per: dict[int, list[Subscription]] = defaultdict(list)
+        slot = self.slots.slot
         for s in subs:
             where = tuple(self.pm.overlapping(region_bbox(s.region)))
             self.subs[s.id] = s
             self.placement[s.id] = where
+            slot(s.id)
             for k in where:
                 per[k].append(s)
+        self.slots.keep_only(self.subs)
         return per
+
+    async def load_shard(self, k: int, share: Sequence[Subscription], now: float) -> int:
+        """Bulk-load shard ``k`` with ``share``, each subscription tagged with its slot."""
+        slot_of = self.slots.slot_of
+        return await self.shards[k].load(share, now, [slot_of[s.id] for s in share])
 
     # ---- operations (each resolves when its round is done) ----------------------------------
     def publish(self, msg: Message, payload: bytes) -> asyncio.Future:
@@ -327,6 +348,9 @@ class Engine:
             self.stats["failed_rounds"] += 1
             return
         await self.on_round(rnd)
+        for sid in rnd.removed:  # delivered: the slot may go to another subscription
+            if sid not in self.subs:
+                self.slots.release(sid)
 
     async def _merge_round(self, sent: _Sent) -> Round:
         ops, where, per, ks, now = sent.ops, sent.where, sent.per, sent.ks, sent.now
@@ -337,21 +361,23 @@ class Engine:
                 # the shard is gone or broken: its share of the round fails with UNAVAILABLE and
                 # it is reloaded from the subscriptions before the next round
                 err = r if isinstance(r, UnavailableError) else UnavailableError(f"shard {k}: {r}")
-                by_shard[k] = ([], [err] * len(per[k]))
+                by_shard[k] = ([], [err] * len(per[k]), [])
                 self._broken.add(k)
                 self.stats["shard_failures"] += 1
             else:
                 by_shard[k] = r
+        reached = {k: _reached(by_shard[k][1], by_shard[k][2]) for k in ks}
+        slot = self.slots.slot
         rnd = Round(now)
         # expirations first (every shard advanced to now before its ops)
-        self._merge([u for k in ks for u in by_shard[k][0]], rnd)
+        self._merge([(slot(s), g, m) for k in ks for s, g, m in by_shard[k][0]], rnd)
         self._expire(now)
         multi = self.multi
         for op, places in zip(ops, where, strict=True):
             start = len(rnd.subs)
             if len(places) == 1 and op.kind == "pub" and op.arg.id not in multi:
                 # the common case: a message on one shard, whose updates are ADDs to the
-                # subscriptions it names (each once); no netting needed
+                # subscriptions it reached (each once); no netting needed
                 k, i = places[0]
                 part = by_shard[k][1][i]
                 if isinstance(part, Exception):
@@ -359,23 +385,27 @@ class Engine:
                         _fail(op.future, part)
                 elif part:
                     mid = op.arg.id
-                    rnd.subs.extend(part)
-                    rnd.kinds.extend([0] * len(part))
-                    rnd.msgs.extend([mid] * len(part))
+                    rnd.subs.extend(reached[k][i])
+                    rnd.kinds.extend([0] * part)
+                    rnd.msgs.extend([mid] * part)
                     rnd.payloads[mid] = op.payload
                 rnd.spans.append((op, start, len(rnd.subs)))
                 continue
             parts = [by_shard[k][1][i] for k, i in places]
             failed = next((p for p in parts if isinstance(p, Exception)), None)
-            if failed is not None:  # the shard rejected it (and is unchanged by it)
-                if not op.future.done():
-                    _fail(op.future, failed)
-                parts = [p for p in parts if not isinstance(p, Exception)]
+            if failed is not None and not op.future.done():  # the shard rejected it (and is
+                _fail(op.future, failed)  # unchanged by it)
             if op.kind == "pub":  # a shard answers a publish with the subscriptions it reached
                 mid = op.arg.id
-                self._merge([(s, "+", mid) for p in parts for s in p], rnd, op)
+                got = [
+                    reached[k][i] for k, i in places if not isinstance(by_shard[k][1][i], Exception)
+                ]
+                self._merge([(s, "+", mid) for p in got for s in p], rnd, op)
             else:
-                self._merge([u for p in parts for u in p], rnd, op)
+                parts = [p for p in parts if not isinstance(p, Exception)]
+                self._merge([(slot(s), g, m) for p in parts for s, g, m in p], rnd, op)
+                if op.kind == "unsub":
+                    rnd.removed.append(op.arg)
             rnd.spans.append((op, start, len(rnd.subs)))
         if self._broken:
             await self._reload_broken(now)
@@ -388,7 +418,7 @@ class Engine:
         for k in sorted(self._broken):
             share = [s for sid, s in self.subs.items() if k in self.placement[sid]]
             try:
-                await self.shards[k].load(share, now)
+                await self.load_shard(k, share, now)
             except Exception:
                 log.warning("shard %d could not be reloaded; will retry", k, exc_info=True)
                 continue
@@ -424,8 +454,9 @@ class Engine:
             for k in old:
                 if k not in new:
                     send(k, ("detach", s.id))
+            tag = self.slots.slot(s.id)
             for k in new:
-                send(k, ("sub", s))
+                send(k, ("sub", s, tag))
             self.subs[s.id] = s
             self.placement[s.id] = new
         elif op.kind == "unsub":
@@ -433,8 +464,9 @@ class Engine:
             for k in self.placement.pop(sub_id, ()):
                 send(k, ("unsub", sub_id))
             self.subs.pop(sub_id, None)
+            gone = self.slots.slot_of.get(sub_id)
             for counts in self.multi.values():
-                counts.pop(sub_id, None)
+                counts.pop(gone, None)
         else:  # move
             sub_id = op.arg
             s = self.subs[sub_id]
@@ -450,21 +482,22 @@ class Engine:
                     send(k, ("detach", sub_id))
             for k in new:
                 if k not in old:
-                    send(k, ("sub", moved))
+                    send(k, ("sub", moved, self.slots.slot_of[sub_id]))
             self.subs[sub_id] = moved
             self.placement[sub_id] = new
             self.stats["moves"] += 1
         return out
 
-    def _merge(self, ups: list[Update], rnd: Round, op: Op | None = None) -> None:
-        """Net one operation's updates over the shards and append its deliveries."""
+    def _merge(self, ups: list[tuple[int, str, str]], rnd: Round, op: Op | None = None) -> None:
+        """Net one operation's updates (subscription slot, sign, message id) over the shards and
+        append its deliveries."""
         if not ups:
             return
-        net: dict[tuple[str, str], int] = {}
+        net: dict[tuple[int, str], int] = {}
         for s, g, m in ups:
             key = (s, m)
             net[key] = net.get(key, 0) + (1 if g == "+" else -1)
-        adds: list[tuple[str, str]] = []  # an operation's REMOVEs come before its ADDs
+        adds: list[tuple[int, str]] = []  # an operation's REMOVEs come before its ADDs
         for (s, m), d in net.items():
             counts = self.multi.get(m)
             if counts is not None:
@@ -499,3 +532,16 @@ class Engine:
             _, m = heapq.heappop(self._expiry)
             self.live.pop(m, None)
             self.multi.pop(m, None)
+
+
+def _reached(out: list, tags) -> list:
+    """Per operation of a shard's answer (``shard.ops.apply_ops``), for a publish the slots it
+    reached (a list cut from the round's ``tags``), else None."""
+    tl = tags.tolist() if len(tags) else []
+    cut: list = [None] * len(out)
+    pos = 0
+    for i, n in enumerate(out):
+        if type(n) is int:
+            cut[i] = tl[pos : pos + n]
+            pos += n
+    return cut

@@ -29,6 +29,7 @@ from coordinator.deliveries import Deliveries
 from coordinator.engine import Engine, ShardHandle
 from coordinator.metadata import Metadata
 from coordinator.settings import Settings
+from coordinator.slots import Slots
 from coordinator.status import grpc_errors
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
@@ -62,12 +63,15 @@ class Coordinator:
         self.shard_factory = shard_factory
         self.clock = clock
         self.md = Metadata(settings.redis_url, settings.namespace)
+        self.slots = Slots()
+        """The subscriptions' slots, shared by every engine (over reloads) and the deliveries."""
         self.deliveries = Deliveries(
             self.md,
             retention_max=settings.retention_max,
             retention_s=settings.retention_s,
             stream_buffer=settings.stream_buffer,
             clock=clock,
+            slots=self.slots,
         )
         self.engine: Engine | None = None
         self.started = clock()
@@ -91,7 +95,7 @@ class Coordinator:
         subs: list[Subscription] = []
         async for batch in self.md.iter_subscriptions():
             subs.extend(batch)
-        self.deliveries.ephemeral = await self.md.ephemeral_ids()
+        self.slots.replace_ephemeral(await self.md.ephemeral_ids())
         pm = await self.md.load_partition_map()
         if pm is None or len(pm) != s.shards:
             pm = PartitionMap.build(_centres(subs), s.shards)
@@ -104,11 +108,14 @@ class Coordinator:
             batch_delay_ms=s.batch_delay_ms,
             queue_max=s.queue_max,
             clock=self.clock,
+            slots=self.slots,
         )
         per = self.engine.restore(subs)
         self.deliveries.prime((s.id for s in subs), await self.md.logged_sequences())
         now = self.clock()
-        await asyncio.gather(*(shards[k].load(per.get(k, []), now) for k in range(s.shards)))
+        await asyncio.gather(
+            *(self.engine.load_shard(k, per.get(k, []), now) for k in range(s.shards))
+        )
         del subs, per
         freeze_long_lived()  # 1M subscriptions out of every later collection (shard.heap)
         self.engine.start()
@@ -211,13 +218,9 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
         where = tuple(self.engine.pm.overlapping(region_bbox(sub.region)))
         await self.app.md.put_subscriptions([(sub, where)])
         await _within(self.engine.subscribe(sub), context, self.app.settings.deadline_s)
-        if ephemeral != (sub.id in self.app.deliveries.ephemeral):
+        if ephemeral != (sub.id in self.app.slots.ephemeral):
             await self.app.md.set_ephemeral(sub.id, ephemeral)
-            (
-                self.app.deliveries.ephemeral.add
-                if ephemeral
-                else self.app.deliveries.ephemeral.discard
-            )(sub.id)
+            self.app.slots.set_ephemeral(sub.id, ephemeral)
         return pb.SubscribeResponse(id=sub.id)
 
     @grpc_errors
@@ -226,8 +229,7 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
         fut = self.engine.unsubscribe(sub_id)  # NotFoundError before anything changes
         await self.app.md.delete_subscriptions([sub_id])
         await _within(fut, context, self.app.settings.deadline_s)
-        self.app.deliveries.forget(sub_id)
-        self.app.deliveries.ephemeral.discard(sub_id)
+        self.app.slots.set_ephemeral(sub_id, False)
         return pb.UnsubscribeResponse()
 
     @grpc_errors
@@ -236,7 +238,7 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
         if sub is None:
             raise NotFoundError("subscription", request.id)
         out = to_proto_subscription(sub)
-        out.ephemeral = request.id in self.app.deliveries.ephemeral
+        out.ephemeral = request.id in self.app.slots.ephemeral
         return out
 
     def _submit_publish(self, request: pb.PublishRequest):

@@ -1,6 +1,6 @@
 """Handles through which the engine calls its shards: ``RayShard`` (a shard actor, the cluster)
 and ``LocalShard`` (a ``ShardState`` in this process, for tests of the coordinator's logic).
-Both answer ``apply(ops, now)``, ``load(subs, now)`` (replaces the whole state, bulk path)
+Both answer ``apply(ops, now)``, ``load(subs, now, tags)`` (replaces the whole state, bulk path)
 and ``stats()``; a shard that cannot be
 reached raises ``UnavailableError``.
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 from shard.errors import GeoPubSubError, UnavailableError
 from shard.model import Subscription, subscriptions_to_rows
-from shard.ops import PICKLE_PROTOCOL, apply_ops
+from shard.ops import apply_ops, dumps_ops
 from shard.state import ShardState
 
 
@@ -26,8 +26,8 @@ class LocalShard:
     async def apply(self, ops: list[tuple], now: float):
         return apply_ops(self.state, ops, now)
 
-    async def load(self, subs: Sequence[Subscription], now: float) -> int:
-        self.state = ShardState.build(self.shard_id, subs, now, **self.options)
+    async def load(self, subs: Sequence[Subscription], now: float, tags: Sequence[int]) -> int:
+        self.state = ShardState.build(self.shard_id, subs, now, tags=tags, **self.options)
         return len(self.state)
 
     async def stats(self) -> dict[str, Any]:
@@ -42,12 +42,13 @@ class RayShard:
         self.actor = actor
 
     async def apply(self, ops: list[tuple], now: float):
-        data = pickle.dumps(ops, PICKLE_PROTOCOL)
+        data = dumps_ops(ops)
         return pickle.loads(await self._call(self.actor.apply_pickled.remote(data, now)))
 
-    async def load(self, subs: Sequence[Subscription], now: float) -> int:
+    async def load(self, subs: Sequence[Subscription], now: float, tags: Sequence[int]) -> int:
         # as tuples: pickling 500k dataclasses took ~8 s of the coordinator's start, tuples ~2 s
-        return await self._call(self.actor.load_rows.remote(subscriptions_to_rows(subs), now))
+        rows = subscriptions_to_rows(subs)
+        return await self._call(self.actor.load_rows.remote(rows, now, list(tags)))
 
     async def stats(self) -> dict[str, Any]:
         return await self._call(self.actor.stats.remote())

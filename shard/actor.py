@@ -38,7 +38,7 @@ import ray
 from shard.errors import UnavailableError, ValidationError
 from shard.heap import GcPauses, freeze_long_lived
 from shard.model import Message, Point, Subscription, subscriptions_from_rows
-from shard.ops import PICKLE_PROTOCOL, apply_ops
+from shard.ops import PICKLE_PROTOCOL, apply_ops, loads_ops
 from shard.state import ShardState, Update
 from shard.warmup import warm_up_shard
 
@@ -80,18 +80,22 @@ class ShardActor:
             "now": self._state.now,
         }
 
-    def load(self, subs: Sequence[Subscription], now: float | None) -> int:
-        """Replace the whole state by a bulk build of ``subs`` at ``now`` (no live messages).
-        Idempotent. Returns the number of subscriptions."""
-        self._state = ShardState.build(self._shard_id, subs, now, **self._options)
+    def load(
+        self, subs: Sequence[Subscription], now: float | None, tags: Sequence[int] | None = None
+    ) -> int:
+        """Replace the whole state by a bulk build of ``subs`` at ``now`` (no live messages),
+        with their ``tags``. Idempotent. Returns the number of subscriptions."""
+        self._state = ShardState.build(self._shard_id, subs, now, tags=tags, **self._options)
         self._needs_rebuild = False
         freeze_long_lived()
         return len(self._state)
 
-    def load_rows(self, rows: Sequence[tuple], now: float | None) -> int:
+    def load_rows(
+        self, rows: Sequence[tuple], now: float | None, tags: Sequence[int] | None = None
+    ) -> int:
         """``load`` of subscriptions sent as ``shard.model.subscriptions_to_rows`` (cheaper to
         pickle than the objects: what the coordinator sends)."""
-        return self.load(subscriptions_from_rows(rows), now)
+        return self.load(subscriptions_from_rows(rows), now, tags)
 
     def restore(self, snapshot: bytes) -> int:
         """Replace the whole state by the one ``snapshot`` describes (it must be this shard's).
@@ -110,15 +114,16 @@ class ShardActor:
         return self._live().snapshot()
 
     # ---- batches ------------------------------------------------------------------------------
-    def apply(self, ops: Sequence[tuple], now: float) -> tuple[list[Update], list[list]]:
+    def apply(self, ops: Sequence[tuple], now: float) -> tuple[list[Update], list, Any]:
         """One coordinator round: advance to ``now``, then the operations in order
         (``shard.ops.apply_ops``)."""
         return apply_ops(self._live(), ops, now)
 
     def apply_pickled(self, ops: bytes, now: float) -> bytes:
-        """``apply`` with the operations and the result pickled by the caller and here (the C
-        pickler: about 2.5x faster than the cloudpickle Ray would use for the same objects)."""
-        return pickle.dumps(apply_ops(self._live(), pickle.loads(ops), now), PICKLE_PROTOCOL)
+        """``apply`` with the operations pickled by the caller (``shard.ops.dumps_ops``) and
+        the result pickled here (the C pickler: about 2.5x faster than the cloudpickle Ray
+        would use for the same objects)."""
+        return pickle.dumps(apply_ops(self._live(), loads_ops(ops), now), PICKLE_PROTOCOL)
 
     def subscribe_batch(self, subs: Sequence[Subscription], now: float) -> list[Update]:
         return self._live().subscribe_batch(subs, now)

@@ -2,14 +2,17 @@
 
 An operation is a plain tuple (picklable, no protobuf):
 
-    ("pub", Message)          the ids of the matching subscriptions (each gets +m)
-    ("sub", Subscription)     create or replace: +m / the replacement's difference
+    ("pub", Message)          how many subscriptions match (each gets +m); their tags are in
+                              the round's tag array, publish after publish
+    ("sub", Subscription, tag)  create or replace: +m / the replacement's difference; ``tag``
+                              (optional) is what publishes report for it
     ("unsub", id)             no updates
     ("detach", id)            -m for everything s holds here, then removed (s left this shard)
     ("move", id, Point)       the move's ± difference
 
 ``apply_ops`` first advances the shard to ``now`` (the expirations), then applies runs of
-operations of one kind with one batch call each, and attributes every update to its operation:
+operations of one kind with one batch call each, and attributes every update to its operation
+(a publish's deliveries are counted, and given as tags, not tuples):
 a run never holds two operations on the same subscription (or message), so the subscription id
 (for publishes, the message id) names the operation.
 
@@ -17,17 +20,23 @@ a run never holds two operations on the same subscription (or message), so the s
 >>> from shard.state import ShardState
 >>> st = ShardState(0)
 >>> sub = Subscription("s", (("x",),), Rect(0, 0, 1, 1), moving=True)
->>> apply_ops(st, [("sub", sub), ("pub", Message("m", ("x",), Point(2, 0.5), ttl=9.0))], 0.0)
-([], [[], []])
+>>> apply_ops(st, [("sub", sub, 4), ("pub", Message("m", ("x",), Point(2, 0.5), ttl=9.0))], 0.0)
+([], [[], 0], array([], dtype=int64))
 >>> apply_ops(st, [("move", "s", Point(2, 0.5))], 1.0)
-([], [[('s', '+', 'm')]])
+([], [[('s', '+', 'm')]], array([], dtype=int64))
+>>> apply_ops(st, [("pub", Message("n", ("x",), Point(2.5, 0.5)))], 2.0)
+([], [1], array([4]))
 """
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Sequence
 
+import numpy as np
+
 from shard.errors import NotFoundError, ValidationError
+from shard.model import Message, Point, Rect
 from shard.state import ShardState
 
 Update = tuple[str, str, str]
@@ -39,16 +48,18 @@ PICKLE_PROTOCOL = 5
 
 def apply_ops(
     state: ShardState, ops: Sequence[tuple], now: float
-) -> tuple[list[Update], list[list]]:
-    """Returns (expirations up to ``now``, the updates of each operation: for a publish, the ids
-    of the subscriptions it reached). A run that the shard
+) -> tuple[list[Update], list, np.ndarray]:
+    """Returns (expirations up to ``now``, the updates of each operation, the tags of the
+    subscriptions the publishes reached): for a publish, its entry is how many subscriptions it
+    reached, and their tags follow those of the publishes before it. A run that the shard
     rejects (each batch call is all-or-nothing) leaves the shard unchanged; its operations get
     the exception in place of their updates, the other runs go on."""
     for i, op in enumerate(ops):
         if not isinstance(op, tuple) or not op or op[0] not in _KINDS:
             raise ValidationError(f"ops[{i}]", op, f"must be a tuple starting with one of {_KINDS}")
     expired = state.advance(now)
-    out: list[list] = [[] for _ in ops]
+    out: list = [[] for _ in ops]
+    tags: list[np.ndarray] = []
     i = 0
     while i < len(ops):
         kind = ops[i][0]
@@ -62,23 +73,26 @@ def apply_ops(
             j += 1
         run = ops[i:j]
         try:
-            _apply_run(state, kind, run, keys, out, now)
+            _apply_run(state, kind, run, keys, out, tags, now)
         except (ValidationError, NotFoundError) as exc:
             for k in range(i, j):
                 out[k] = exc
         i = j
-    return expired, out
+    return expired, out, np.concatenate(tags) if tags else np.zeros(0, np.int64)
 
 
-def _apply_run(state, kind, run, keys, out, now) -> None:
-    if kind == "pub":  # a list of subscription ids per message: no tuple per delivery
-        expired, groups = state.publish_grouped([op[1] for op in run], now)
+def _apply_run(state, kind, run, keys, out, tags, now) -> None:
+    if kind == "pub":  # counted, the subscriptions as tags: nothing per delivery
+        expired, reached, counts = state.publish_tagged([op[1] for op in run], now)
         assert not expired, "the shard was advanced before its runs"
-        for k, subs in zip(keys.values(), groups, strict=True):
-            out[k] = subs
+        for k, n in zip(keys.values(), counts.tolist(), strict=True):
+            out[k] = n
+        tags.append(reached)
         return
     if kind == "sub":
-        ups = state.subscribe_batch([op[1] for op in run], now)
+        ups = state.subscribe_batch(
+            [op[1] for op in run], now, [op[2] if len(op) > 2 else -1 for op in run]
+        )
     elif kind == "unsub":
         ups = state.unsubscribe_batch([op[1] for op in run], now)
     elif kind == "detach":
@@ -87,6 +101,39 @@ def _apply_run(state, kind, run, keys, out, now) -> None:
         ups = state.move_batch([(op[1], op[2]) for op in run], now)
     for u in ups:
         out[keys[u[0]]].append(u)
+
+
+def dumps_ops(ops: Sequence[tuple]) -> bytes:
+    """A round's operations as the bytes ``ShardActor.apply_pickled`` takes (``loads_ops``):
+    a publish travels as plain values, (id, terms, location, ttl), not as objects (a third of
+    the pickling work; a shard needs nothing else of a message: the coordinator keeps what was
+    published).
+
+    >>> from shard.model import Message, Rect
+    >>> m = Message("m", ("x",), Rect(0, 0, 1, 1), 5.0, ("X",))
+    >>> loads_ops(dumps_ops([("pub", m), ("unsub", "s")]))
+    [('pub', Message(id='m', terms=('x',), location=Rect(min_lon=0, min_lat=0, max_lon=1, max_lat=1), ttl=5.0, keywords=(), text=None)), ('unsub', 's')]
+    """
+    wire = [
+        (_WIRE_PUB, op[1].id, op[1].terms, op[1].location.__reduce__()[1], op[1].ttl)
+        if op[0] == "pub"
+        else op
+        for op in ops
+    ]
+    return pickle.dumps(wire, PICKLE_PROTOCOL)
+
+
+def loads_ops(data: bytes) -> list[tuple]:
+    """The operations ``dumps_ops`` wrote."""
+    return [
+        ("pub", Message(op[1], op[2], Point(*op[3]) if len(op[3]) == 2 else Rect(*op[3]), op[4]))
+        if op[0] == _WIRE_PUB
+        else op
+        for op in pickle.loads(data)
+    ]
+
+
+_WIRE_PUB = "P"
 
 
 def _key(op: tuple) -> str:

@@ -25,7 +25,8 @@ shard exactly as it was, so no update of the batch, not even an expiration, is l
 >>> ShardState.restore(s.snapshot()).stats()["live_messages"]
 1
 
-Snapshot format (``snapshot`` / ``restore``), version ``SNAPSHOT_VERSION`` = 1::
+Snapshot format (``snapshot`` / ``restore``), version ``SNAPSHOT_VERSION`` = 2 (1: without
+``tags``, still read)::
 
     b"GPSS" | version: uint16 little-endian | pickle (protocol 5) of a dict of builtins only:
       shard_id: int, options: dict (the APPlusTree options), now: float (-inf: never advanced),
@@ -33,7 +34,7 @@ Snapshot format (``snapshot`` / ``restore``), version ``SNAPSHOT_VERSION`` = 1::
              region: bytes <f8[n, 4] (rect: min_lon, min_lat, max_lon, max_lat; circle: lon, lat,
              radius_m, 0) -- the *current* region, after moves,
              n_clauses: bytes <i4[n], clause_len: bytes <i4[k], terms: bytes <i4[t] (into vocab),
-             vocab: [str]},
+             vocab: [str], tags: bytes <i8[n] (-1: none)},
       messages: [(id, terms, location (lon, lat) or (min_lon, min_lat, max_lon, max_lat),
                   ttl, keywords, text, expiry)]  -- the live ones, expiry = publish time + ttl
 
@@ -76,8 +77,10 @@ from shard.model import (
 )
 
 SNAPSHOT_MAGIC = b"GPSS"
-SNAPSHOT_VERSION = 1
-"""Version of the snapshot layout described in the module docstring; ``restore`` refuses others."""
+SNAPSHOT_VERSION = 2
+"""Version of the snapshot layout described in the module docstring; ``restore`` refuses others
+(but version 1, the same without tags)."""
+_READABLE_VERSIONS = (1, 2)
 
 _HEADER = struct.Struct("<4sH")
 _OPTION_TYPES = (bool, int, float, str, list, tuple)
@@ -105,10 +108,17 @@ class ShardState:
     # ---- construction ---------------------------------------------------------------------
     @classmethod
     def build(
-        cls, shard_id: int, subs: Iterable[Subscription], now: float | None = None, **options: Any
+        cls,
+        shard_id: int,
+        subs: Iterable[Subscription],
+        now: float | None = None,
+        *,
+        tags: Sequence[int] | None = None,
+        **options: Any,
     ) -> ShardState:
         """A shard holding ``subs`` (later ids replace earlier ones), built with the bulk path
-        (``APPlusTree.build``), its clock at ``now``. O(n log n · depth).
+        (``APPlusTree.build``), its clock at ``now``; ``tags``: each subscription's tag
+        (``publish_tagged``). O(n log n · depth).
 
         >>> from shard.model import Rect, Subscription
         >>> len(ShardState.build(3, [Subscription("a", (("x",),), Rect(0, 0, 1, 1))], 5.0))
@@ -117,17 +127,23 @@ class ShardState:
         state = cls(shard_id, **options)
         subs = list(subs)
         _validate_subscriptions(subs)
+        tags = _validate_tags(tags, len(subs))
         if now is not None:
             _validate_now(now, -math.inf)
         state.tree = APPlusTree.build(subs, **options)
+        if tags is not None:
+            state._set_tags([s.id for s in subs], tags)
         if now is not None:
             state.tree.advance(now)
         return state
 
     # ---- subscriptions --------------------------------------------------------------------
-    def subscribe_batch(self, subs: Sequence[Subscription], now: float) -> list[Update]:
+    def subscribe_batch(
+        self, subs: Sequence[Subscription], now: float, tags: Sequence[int] | None = None
+    ) -> list[Update]:
         """Create or replace each subscription, in order: (s, +m) for each live message a new
-        one matches; a replacement gets only the difference (Alg. 7). O(batch · (depth + the
+        one matches; a replacement gets only the difference (Alg. 7). ``tags``: each one's tag
+        (``publish_tagged``; a replacement without one keeps none). O(batch · (depth + the
         m-lists of its leaves)).
 
         >>> from shard.model import Rect, Subscription
@@ -136,11 +152,19 @@ class ShardState:
         """
         subs = list(subs)
         _validate_subscriptions(subs)
+        tags = _validate_tags(tags, len(subs))
         updates = self._advance_checked(now)
         tree = self.tree
         for sub in subs:
             updates += tree.subscribe(sub)
+        self._set_tags([s.id for s in subs], tags if tags is not None else [-1] * len(subs))
         return updates
+
+    def _set_tags(self, ids: list[str], tags: Sequence[int]) -> None:
+        store = self.tree.store
+        last = dict(zip(ids, tags, strict=True))  # a repeated id: its last subscription counts
+        slots = np.fromiter((store.slot_of[i] for i in last), np.int64, len(last))
+        store.tag[slots] = np.fromiter(last.values(), np.int64, len(last))
 
     def unsubscribe_batch(self, ids: Sequence[str], now: float) -> list[Update]:
         """Remove subscriptions. An unsubscription itself gives no updates (the client is gone);
@@ -235,6 +259,23 @@ class ShardState:
         messages = list(messages)
         self._validate_messages(messages, now)
         return self.tree.publish_grouped(messages, now)
+
+    def publish_tagged(
+        self, messages: Sequence[Message], now: float
+    ) -> tuple[list[Update], np.ndarray, np.ndarray]:
+        """``publish_batch`` answered as (the expirations up to ``now``, the tag of each
+        subscription reached, message by message, and how many subscriptions each message
+        reached): what the coordinator takes, two integer arrays and nothing per delivery.
+
+        >>> from shard.model import Message, Point, Rect, Subscription
+        >>> st = ShardState(0)
+        >>> _ = st.subscribe_batch([Subscription("s", (("x",),), Rect(0, 0, 1, 1))], 0.0, [7])
+        >>> st.publish_tagged([Message("a", ("x",), Point(2, 2)), Message("b", ("x",), Point(0.5, 0.5))], 0.0)
+        ([], array([7]), array([0, 1]))
+        """
+        messages = list(messages)
+        self._validate_messages(messages, now)
+        return self.tree.publish_tagged(messages, now)
 
     def move_batch(self, moves: Sequence[tuple[str, Point]], now: float) -> list[Update]:
         """Re-centre moving subscriptions, in order (one may move twice): -m for each message
@@ -433,6 +474,7 @@ class ShardState:
                 "clause_len": lens.astype("<i4").tobytes(),
                 "terms": terms.astype("<i4").tobytes(),
                 "vocab": list(store.vocab_terms),
+                "tags": store.tag[slots].astype("<i8").tobytes(),
             },
             "messages": live,
         }
@@ -447,7 +489,14 @@ class ShardState:
         """
         payload = _load_payload(data)
         subs = _decode_subscriptions(payload["subs"])
-        state = cls.build(payload["shard_id"], subs, None, **payload["options"])
+        tags = payload["subs"].get("tags")
+        state = cls.build(
+            payload["shard_id"],
+            subs,
+            None,
+            tags=None if tags is None else np.frombuffer(tags, "<i8").tolist(),
+            **payload["options"],
+        )
         now = payload["now"]
         by_time: dict[float, list[Message]] = {}
         for mid, terms, loc, ttl, keywords, text, expiry in payload["messages"]:
@@ -513,6 +562,18 @@ def _validate_now(now: Any, last: float) -> None:
         raise ValidationError("now", now, "must be a finite number of seconds")
     if now < last:
         raise ValidationError("now", now, f"must not go back in time (last now={last})")
+
+
+def _validate_tags(tags: Sequence[int] | None, n: int) -> list[int] | None:
+    if tags is None:
+        return None
+    tags = np.asarray(tags).tolist() if isinstance(tags, np.ndarray) else list(tags)
+    if len(tags) != n:
+        raise ValidationError("tags", len(tags), f"must give one tag per subscription ({n})")
+    for i, t in enumerate(tags):
+        if isinstance(t, bool) or not isinstance(t, int) or not -1 <= t < 2**63:
+            raise ValidationError(f"tags[{i}]", t, "must be an integer >= -1")
+    return tags
 
 
 def _validate_ids(ids: Sequence[str]) -> list[str]:
@@ -603,9 +664,9 @@ def _load_payload(data: bytes) -> dict[str, Any]:
     magic, version = _HEADER.unpack_from(data)
     if magic != SNAPSHOT_MAGIC:
         raise ValidationError("snapshot", bytes(data[:8]), "not a shard snapshot")
-    if version != SNAPSHOT_VERSION:
+    if version not in _READABLE_VERSIONS:
         raise ValidationError(
-            "snapshot.version", version, f"unsupported (this build reads {SNAPSHOT_VERSION})"
+            "snapshot.version", version, f"unsupported (this build reads {_READABLE_VERSIONS})"
         )
     try:
         payload = _BuiltinsOnly(io.BytesIO(memoryview(data)[_HEADER.size :])).load()

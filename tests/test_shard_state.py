@@ -9,6 +9,7 @@ import pickle
 import random
 
 import hypothesis.strategies as st
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -508,3 +509,70 @@ def test_options_must_be_plain_values():
 
 def test_docstring_examples():
     assert doctest.testmod(shard.state, raise_on_error=True).attempted >= 8
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_publish_tagged_reports_the_tags_of_publish_grouped_ids(seed):
+    """Tags given at build and at subscribe (replacements, removals and moves in between,
+    slots recycled) are what publish_tagged reports for exactly the subscriptions
+    publish_grouped names; snapshots keep them."""
+    rng = random.Random(seed)
+    subs = [random_subscription(rng, f"s{i}") for i in range(150)]
+    tag = {s.id: 1000 + i for i, s in enumerate(subs)}
+    st = ShardState.build(0, subs, 0.0, tags=[tag[s.id] for s in subs])
+    now, reached = 1.0, 0
+    for r in range(6):
+        gone = rng.sample(sorted(tag), 10)
+        st.unsubscribe_batch(gone, now)
+        for sid in gone:
+            del tag[sid]
+        again = rng.sample(sorted(tag), 3)  # replaced, tagged anew
+        fresh = [random_subscription(rng, f"n{r}-{i}") for i in range(12)]
+        for i, s in enumerate(fresh):
+            tag[s.id] = 5000 + 100 * r + i
+        for sid in again:
+            tag[sid] += 7
+        st.subscribe_batch(
+            fresh + [st.subscriptions([sid])[0] for sid in again],
+            now,
+            [tag[s.id] for s in fresh] + [tag[sid] for sid in again],
+        )
+        if r == 3:
+            st = ShardState.restore(st.snapshot())
+        msgs = [random_message(rng, f"m{r}-{i}") for i in range(40)]
+        twin = ShardState.restore(st.snapshot())
+        _, groups = twin.publish_grouped(msgs, now)
+        _, tags, counts = st.publish_tagged(msgs, now)
+        assert counts.tolist() == [len(g) for g in groups]
+        ends = np.cumsum(counts).tolist()
+        for g, a, b in zip(groups, [0, *ends[:-1]], ends, strict=True):
+            assert sorted(tags[a:b].tolist()) == sorted(tag[sid] for sid in g)
+        reached += int(counts.sum())
+        now += 1.0
+    assert reached > 50
+
+
+def test_tags_are_checked_and_an_untagged_subscription_reports_minus_one():
+    s = _sub("a", ["x"], Rect(0, 0, 1, 1))
+    with pytest.raises(ValidationError, match="tags"):
+        ShardState.build(0, [s], 0.0, tags=[1, 2])
+    st = ShardState(0)
+    with pytest.raises(ValidationError, match=r"tags\[0\]"):
+        st.subscribe_batch([s], 0.0, ["7"])
+    assert len(st) == 0  # nothing applied
+    st.subscribe_batch([s], 0.0)
+    _, tags, counts = st.publish_tagged([Message("m", ("x",), Point(0.5, 0.5))], 0.0)
+    assert tags.tolist() == [-1] and counts.tolist() == [1]
+
+
+def test_a_version_1_snapshot_is_still_read_without_tags():
+    st = ShardState.build(0, [_sub("a", ["x"], Rect(0, 0, 1, 1))], 0.0, tags=[3])
+    data = st.snapshot()
+    payload = pickle.loads(data[6:])
+    del payload["subs"]["tags"]
+    old = b"GPSS" + (1).to_bytes(2, "little") + pickle.dumps(payload, protocol=5)
+    back = ShardState.restore(old)
+    assert back.publish_tagged([Message("m", ("x",), Point(0.5, 0.5))], 1.0)[1].tolist() == [-1]
+    assert ShardState.restore(data).publish_tagged([Message("m", ("x",), Point(0.5, 0.5))], 1.0)[
+        1
+    ].tolist() == [3]

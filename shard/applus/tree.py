@@ -19,6 +19,7 @@ R(s, t) = {live m : m matches s at its current region} after every operation.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -234,6 +235,22 @@ class APPlusTree(APTree):
     ) -> tuple[list[Update], list[list[str]]]:
         """``publish_batch`` answered as (the expirations up to ``now``, for each message the
         ids of the subscriptions it reached, in traversal order): no tuple per delivery."""
+        updates, slots, counts = self._publish_slots(messages, now)
+        names = self.store.ids[slots].tolist()
+        ends = np.cumsum(counts).tolist()
+        return updates, [names[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+
+    def publish_tagged(
+        self, messages: Sequence[Message], now: float
+    ) -> tuple[list[Update], np.ndarray, np.ndarray]:
+        """``publish_batch`` answered as (the expirations up to ``now``, the ``tag`` of every
+        subscription reached, message by message in traversal order, and how many each message
+        reached): two integer arrays, nothing per delivery."""
+        updates, slots, counts = self._publish_slots(messages, now)
+        return updates, self.store.tag[slots], counts
+
+    def _publish_slots(self, messages: Sequence[Message], now: float):
+        """Publish; returns (expirations, the store slots reached by message, the counts)."""
         updates = self.advance(now)
         self._published += len(messages)
         self._first_publish = min(self._first_publish, self.now)
@@ -244,10 +261,10 @@ class APPlusTree(APTree):
                 raise ValidationError("id", m.id, "a live message already has this id")
             seen.add(m.id)
         # stored messages intern every term: a subscription may use it later
-        term_id, get = self.store.term_id, self.store.vocab.get
+        term_id, get, minus = self.store.term_id, self.store.vocab.get, itertools.repeat(-1)
         flat: list[int] = []
         for m, keep in zip(messages, stored, strict=True):
-            flat.extend(map(term_id, m.terms) if keep else (get(t, -1) for t in m.terms))
+            flat.extend(map(term_id, m.terms) if keep else map(get, m.terms, minus))
         off, terms = pack_terms(
             np.array(flat, np.int32), np.array([len(m.terms) for m in messages], np.int64)
         )
@@ -274,9 +291,7 @@ class APPlusTree(APTree):
             off, terms, kind, geom, int(self._tree[10][C_ROOT]), slot_of_q, any(stored)
         )
         order = np.argsort(out_m, kind="stable")  # by message, traversal order within each
-        names = self.store.ids[out_s[order]].tolist()
-        ends = np.cumsum(np.bincount(out_m, minlength=len(messages))).tolist()
-        return updates, [names[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+        return updates, out_s[order], np.bincount(out_m, minlength=len(messages))
 
     # ---- subscriptions --------------------------------------------------------------------
     def _form(self, slot: int):

@@ -63,6 +63,9 @@ class SubscriptionStore:
         """Estimated seconds between its location updates (0: not known yet)."""
         self.last_t = np.full(slot_cap, -np.inf)
         """Time of its last location update (or subscription)."""
+        self.tag = np.full(slot_cap, -1, np.int64)
+        """The owner's number for the subscription (the coordinator's slot), reported instead of
+        its id where deliveries are counted in bulk (``publish_tagged``); -1: none given."""
 
     # ---- sizes --------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -114,6 +117,7 @@ class SubscriptionStore:
         self.vel = _resized(self.vel, cap)
         self.upd_dt = _resized(self.upd_dt, cap)
         self.last_t = _resized(self.last_t, cap, -np.inf)
+        self.tag = _resized(self.tag, cap, -1)
         self.ids = _resized(self.ids, cap, None)
 
     def _grow_clauses(self, need: int) -> None:
@@ -160,6 +164,7 @@ class SubscriptionStore:
         self.vel[slot] = 0.0
         self.upd_dt[slot] = 0.0
         self.last_t[slot] = -np.inf
+        self.tag[slot] = -1
         k = len(clause_ids)
         block = self.free_clauses.get(k)
         if block:
@@ -267,6 +272,7 @@ class SubscriptionStore:
         slot = self.slot(sub_id)
         del self.slot_of[sub_id]
         self.ids[slot] = None
+        self.tag[slot] = -1
         first, k = int(self.first_clause[slot]), int(self.n_clauses[slot])
         for c in range(first, first + k):
             self.term_garbage += int(self.cl_len[c])
@@ -306,9 +312,9 @@ class SubscriptionStore:
         offs = np.zeros(k, np.int64)
         np.cumsum(lens[:-1].astype(np.int64), out=offs[1:])
         slot_cap = max(n, 1024)
-        for name in ("kind", "bbox", "circ", "moving", "vel", "upd_dt", "last_t"):
+        for name in ("kind", "bbox", "circ", "moving", "vel", "upd_dt", "last_t", "tag"):
             col = getattr(self, name)
-            fresh = np.zeros((slot_cap,) + col.shape[1:], col.dtype)
+            fresh = np.full((slot_cap,) + col.shape[1:], -1 if name == "tag" else 0, col.dtype)
             fresh[:n] = col[order]
             setattr(self, name, fresh)
         ids = np.full(slot_cap, None, dtype=object)
