@@ -11,8 +11,9 @@ a new subscription object, ~20,000 long-lived objects a second under a moving cr
 starts a full collection whenever those grow by a quarter, and each took 100-260 ms at 1M
 (~80,000 such objects), several times a second during moves. ``young_collections_only`` leaves
 those full collections to the process's own schedule (the coordinator: every
-``FULL_COLLECTION_EVERY_S``); reference counting frees the replaced objects meanwhile, only
-cyclic garbage waits for the next full collection.
+``FULL_COLLECTION_EVERY_S``, freezing the survivors after each); reference counting frees the
+replaced objects meanwhile, only cyclic garbage waits for the next full collection (and cycles
+among frozen objects wait for the next reload, which unfreezes and collects everything).
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ from shard.applus import APPlusTree
 from shard.applus.tree import Update, subscription_form
 from shard.errors import NotFoundError, ValidationError
 from shard.geometry import region_hits_point, region_hits_rect
-from shard.limits import MAX_CLAUSE_TERMS, MAX_CLAUSES
+from shard.limits import MAX_CLAUSE_TERMS, MAX_CLAUSES, MAX_ID_LEN
 from shard.model import (
     Circle,
     Message,
@@ -381,30 +381,15 @@ class ShardState:
         live = self.tree.msgs
         seen: set[str] = set()
         for i, m in enumerate(messages):
-            at = f"messages[{i}]"
-            if not isinstance(m, Message):
-                raise ValidationError(at, m, "must be a Message")
-            validate_id(f"{at}.id", m.id)
-            if (
-                not isinstance(m.terms, tuple)
-                or not m.terms
-                or not all(isinstance(t, str) for t in m.terms)
-            ):
-                raise ValidationError(f"{at}.terms", m.terms, "must be a non-empty tuple of terms")
-            _validate_location(f"{at}.location", m.location)
-            ttl = m.ttl
-            if ttl is not None and (
-                isinstance(ttl, bool)
-                or not isinstance(ttl, int | float)
-                or not math.isfinite(ttl)
-                or ttl < 0
-            ):
-                raise ValidationError(f"{at}.ttl", ttl, "must be a finite number >= 0 or None")
-            if ttl:
+            if not _plain_message(m):  # the common case is checked without naming fields
+                _check_message(f"messages[{i}]", m)
+            if m.ttl:
                 slot = live.slot_of.get(m.id)
                 # a live message expiring at ``now`` is gone by the time the batch is stored
                 if m.id in seen or (slot is not None and live.expiry[slot] > now):
-                    raise ValidationError(f"{at}.id", m.id, "a live message already has this id")
+                    raise ValidationError(
+                        f"messages[{i}].id", m.id, "a live message already has this id"
+                    )
                 seen.add(m.id)
 
     def _validate_moves(self, moves: list[tuple[str, Point]], now: float) -> None:
@@ -582,6 +567,62 @@ def _validate_ids(ids: Sequence[str]) -> list[str]:
         if not isinstance(sub_id, str):
             raise ValidationError(f"ids[{i}]", sub_id, "must be a string")
     return ids
+
+
+def _check_message(at: str, m: Any) -> None:
+    """Raise ValidationError naming ``at.<field>`` for anything wrong with a message's fields."""
+    if not isinstance(m, Message):
+        raise ValidationError(at, m, "must be a Message")
+    validate_id(f"{at}.id", m.id)
+    if (
+        not isinstance(m.terms, tuple)
+        or not m.terms
+        or not all(isinstance(t, str) for t in m.terms)
+    ):
+        raise ValidationError(f"{at}.terms", m.terms, "must be a non-empty tuple of terms")
+    _validate_location(f"{at}.location", m.location)
+    ttl = m.ttl
+    if ttl is not None and (
+        isinstance(ttl, bool)
+        or not isinstance(ttl, int | float)
+        or not math.isfinite(ttl)
+        or ttl < 0
+    ):
+        raise ValidationError(f"{at}.ttl", ttl, "must be a finite number >= 0 or None")
+
+
+def _plain_message(m: Any) -> bool:
+    """A Message whose fields are all of the plain, valid kind (float coordinates in range, a
+    non-empty tuple of strings, a float ttl >= 0 or None): what the coordinator sends, passed
+    by ``_check_message`` too. False leaves the message to ``_check_message``, which names what
+    is wrong."""
+    if type(m) is not Message:
+        return False
+    mid, terms, loc, ttl = m.id, m.terms, m.location, m.ttl
+    if not (
+        type(mid) is str
+        and 0 < len(mid) <= MAX_ID_LEN
+        and mid.isprintable()
+        and type(terms) is tuple
+        and terms
+        and all(type(t) is str for t in terms)
+        and (ttl is None or (type(ttl) is float and 0.0 <= ttl < math.inf))
+    ):
+        return False
+    if type(loc) is Point:
+        x, y = loc.lon, loc.lat
+        return type(x) is float and type(y) is float and -180.0 <= x <= 180.0 and -90.0 <= y <= 90.0
+    if type(loc) is Rect:
+        x0, y0, x1, y1 = loc.min_lon, loc.min_lat, loc.max_lon, loc.max_lat
+        return (
+            type(x0) is float
+            and type(y0) is float
+            and type(x1) is float
+            and type(y1) is float
+            and -180.0 <= x0 <= x1 <= 180.0
+            and -90.0 <= y0 <= y1 <= 90.0
+        )
+    return False
 
 
 def _validate_location(field: str, loc: Any) -> None:

@@ -11,7 +11,7 @@ import random
 import hypothesis.strategies as st
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 import shard.state
@@ -576,3 +576,39 @@ def test_a_version_1_snapshot_is_still_read_without_tags():
     assert ShardState.restore(data).publish_tagged([Message("m", ("x",), Point(0.5, 0.5))], 1.0)[
         1
     ].tolist() == [3]
+
+
+_ANY = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-300, 300),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=3),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    mid=st.one_of(st.text(max_size=140), _ANY),
+    terms=st.one_of(st.lists(st.one_of(st.text(max_size=4), _ANY), max_size=3).map(tuple), _ANY),
+    coords=st.lists(st.one_of(st.floats(-200, 200), _ANY), min_size=4, max_size=4),
+    rect=st.booleans(),
+    ttl=_ANY,
+)
+@example(mid="m", terms=("a",), coords=[1.0, 2.0, 3.0, 4.0], rect=True, ttl=5.0)
+@example(mid="m", terms=("a",), coords=[1.0, 2.0, 0.0, 0.0], rect=False, ttl=None)
+def test_the_fast_message_check_passes_only_what_the_full_check_passes(
+    mid, terms, coords, rect, ttl
+):
+    loc = Rect(*coords) if rect else Point(*coords[:2])
+    m = Message(mid, terms, loc, ttl)
+    if shard.state._plain_message(m):
+        shard.state._check_message("m", m)  # must not raise
+
+
+def test_what_the_coordinator_sends_takes_the_fast_check():
+    for loc in (Point(1.5, -2.0), Rect(-1.0, -1.0, 2.0, 0.5)):
+        for ttl in (None, 0.0, 30.0):
+            assert shard.state._plain_message(Message("m1", ("a", "b"), loc, ttl))
+    assert not shard.state._plain_message(Message("m1", ("a",), Point(1, 2)))  # ints: long way
+    assert not shard.state._plain_message(Message("m1", ("a",), Rect(2.0, 0.0, 1.0, 1.0)))
