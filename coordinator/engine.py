@@ -4,9 +4,12 @@ shards' updates into exact per-subscription deliveries.
 A *round* takes the operations waiting (at most ``batch_max`` per shard, or whatever arrived
 within ``batch_delay_ms`` of the first), reads the clock once (``now``) and sends every shard one
 ``apply(ops, now)`` call with its share, in arrival order. Each shard first advances to ``now``
-(expirations) and then applies its ops, returning the updates of each. Up to
-``ROUNDS_IN_FLIGHT`` rounds are at the shards at once (routing the next while the shards work);
-they are finished (merged, handed to ``on_round``) in the order they were sent.
+(expirations) and then applies its ops, returning the updates of each. Rounds are finished
+(merged, handed to ``on_round``) in the order they were sent. While a round is at the shards
+the next one gathers what arrives meanwhile; only once a full round's worth waits (a busy
+publisher) is it sent before the earlier one is back, up to ``ROUNDS_IN_FLIGHT`` at once
+(routing the next while the shards work). So a light load makes few, fuller rounds (each Ray
+call costs ~1 ms of CPU on both sides) and a heavy one keeps the shards busy.
 
 Routing (``shard.partition_map``): a point message goes to the shard owning the point, a region
 message to every shard its box meets; a subscription lives on every shard its region's box
@@ -162,6 +165,8 @@ class Engine:
         self.multi: dict[str, dict[int, int]] = {}  # message on several shards -> slot -> count
         self._expiry: list[tuple[float, str]] = []
         self._pending: list[Op] = []
+        self._first_at = 0.0
+        """Event-loop time at which the oldest waiting operation arrived."""
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._last_now = -float("inf")
@@ -221,13 +226,13 @@ class Engine:
         if len(self._pending) + len(msgs) > self.queue_max:
             self.stats["rejected_overload"] += 1
             raise OverloadedError(f"{len(self._pending)} operations waiting; retry later")
+        self._mark_first()
         for m, f in zip(msgs, fields, strict=True):
             if m.ttl and m.id in self.live:
                 raise ValidationError(f"{f}.id", m.id, "a live message already has this id")
         loop = asyncio.get_running_loop()
         ops = [Op("pub", m, loop.create_future(), p) for m, p in zip(msgs, payloads, strict=True)]
-        self._pending.extend(ops)
-        self._wake.set()
+        self._queued(ops)
         return [op.future for op in ops]
 
     def subscribe(self, sub: Subscription) -> asyncio.Future:
@@ -263,14 +268,27 @@ class Engine:
             self.stats["rejected_overload"] += 1
             raise OverloadedError(f"{len(self._pending)} operations waiting; retry later")
         loop = asyncio.get_running_loop()
+        self._mark_first()
         ops = [Op("move", sid, loop.create_future(), point=p) for sid, p in moves]
-        self._pending.extend(ops)
-        self._wake.set()
+        self._queued(ops)
         return [op.future for op in ops]
 
     @staticmethod
     def new_message_id() -> str:
         return uuid.uuid4().hex
+
+    def _queued(self, ops: list[Op]) -> None:
+        """Queue operations; wake the loop when it may have something to do: the first ones
+        (it may be idle) or a full round (it may be waiting for one)."""
+        self._pending.extend(ops)
+        n = len(self._pending)
+        if n == len(ops) or n >= self.batch_max:
+            self._wake.set()
+
+    def _mark_first(self) -> None:
+        """Note when the oldest waiting operation arrived (nothing was waiting before it)."""
+        if not self._pending:
+            self._first_at = asyncio.get_running_loop().time()
 
     def _future(self) -> asyncio.Future:
         return asyncio.get_running_loop().create_future()
@@ -281,23 +299,27 @@ class Engine:
         if len(self._pending) >= self.queue_max:
             self.stats["rejected_overload"] += 1
             raise OverloadedError(f"{len(self._pending)} operations waiting; retry later")
-        self._pending.append(op)
-        self._wake.set()
+        self._mark_first()
+        self._queued([op])
         return op.future
 
     # ---- the round loop --------------------------------------------------------------------
     async def _loop(self) -> None:
-        """Route and send rounds while up to ``ROUNDS_IN_FLIGHT`` earlier ones are still at the
-        shards (a shard actor runs one caller's calls in order), and finish them in order: the
-        coordinator routes round r+1 while the shards work on round r."""
+        """Route and send rounds, and finish them in order. With a round at the shards, the
+        next is sent only once a full one waits, up to ``ROUNDS_IN_FLIGHT`` at once (a shard
+        actor runs one caller's calls in order): the coordinator then routes round r+1 while
+        the shards work on round r."""
         inflight: collections.deque[_Sent] = collections.deque()
+        loop = asyncio.get_running_loop()
         try:
             while True:
                 while inflight and inflight[0].results.done():
                     await self._finish(inflight.popleft())
-                if inflight and (len(inflight) >= ROUNDS_IN_FLIGHT or not self._pending):
-                    # nothing to send: wait for the oldest round, or for new operations
-                    if self._pending:
+                if inflight and (
+                    len(inflight) >= ROUNDS_IN_FLIGHT or len(self._pending) < self.batch_max
+                ):
+                    # nothing to send yet: wait for the oldest round, or for a full round
+                    if len(inflight) >= ROUNDS_IN_FLIGHT:
                         await asyncio.wait([inflight[0].results])
                     else:
                         self._wake.clear()
@@ -312,8 +334,11 @@ class Engine:
                     timeout = self.tick_s if self.live else None
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._wake.wait(), timeout)
-                if self._pending and len(self._pending) < self.batch_max and self.batch_delay > 0:
-                    await asyncio.sleep(self.batch_delay)
+                if self._pending and len(self._pending) < self.batch_max:
+                    # let a round fill until its oldest operation has waited batch_delay
+                    wait = self._first_at + self.batch_delay - loop.time()
+                    if wait > 0:
+                        await asyncio.sleep(wait)
                 ops = self._pending[: self.batch_max * max(1, len(self.shards))]
                 del self._pending[: len(ops)]
                 inflight.append(self._send(ops))

@@ -21,11 +21,11 @@ a run never holds two operations on the same subscription (or message), so the s
 >>> st = ShardState(0)
 >>> sub = Subscription("s", (("x",),), Rect(0, 0, 1, 1), moving=True)
 >>> apply_ops(st, [("sub", sub, 4), ("pub", Message("m", ("x",), Point(2, 0.5), ttl=9.0))], 0.0)
-([], [[], 0], array([], dtype=int64))
+([], [[], 0], array([], dtype=int32))
 >>> apply_ops(st, [("move", "s", Point(2, 0.5))], 1.0)
-([], [[('s', '+', 'm')]], array([], dtype=int64))
+([], [[('s', '+', 'm')]], array([], dtype=int32))
 >>> apply_ops(st, [("pub", Message("n", ("x",), Point(2.5, 0.5)))], 2.0)
-([], [1], array([4]))
+([], [1], array([4], dtype=int32))
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def apply_ops(
             for k in range(i, j):
                 out[k] = exc
         i = j
-    return expired, out, np.concatenate(tags) if tags else np.zeros(0, np.int64)
+    return expired, out, np.concatenate(tags) if tags else np.zeros(0, np.int32)
 
 
 def _apply_run(state, kind, run, keys, out, tags, now) -> None:

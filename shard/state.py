@@ -34,7 +34,7 @@ Snapshot format (``snapshot`` / ``restore``), version ``SNAPSHOT_VERSION`` = 2 (
              region: bytes <f8[n, 4] (rect: min_lon, min_lat, max_lon, max_lat; circle: lon, lat,
              radius_m, 0) -- the *current* region, after moves,
              n_clauses: bytes <i4[n], clause_len: bytes <i4[k], terms: bytes <i4[t] (into vocab),
-             vocab: [str], tags: bytes <i8[n] (-1: none)},
+             vocab: [str], tags: bytes <i4[n] (-1: none)},
       messages: [(id, terms, location (lon, lat) or (min_lon, min_lat, max_lon, max_lat),
                   ttl, keywords, text, expiry)]  -- the live ones, expiry = publish time + ttl
 
@@ -164,7 +164,7 @@ class ShardState:
         store = self.tree.store
         last = dict(zip(ids, tags, strict=True))  # a repeated id: its last subscription counts
         slots = np.fromiter((store.slot_of[i] for i in last), np.int64, len(last))
-        store.tag[slots] = np.fromiter(last.values(), np.int64, len(last))
+        store.tag[slots] = np.fromiter(last.values(), np.int32, len(last))
 
     def unsubscribe_batch(self, ids: Sequence[str], now: float) -> list[Update]:
         """Remove subscriptions. An unsubscription itself gives no updates (the client is gone);
@@ -271,7 +271,7 @@ class ShardState:
         >>> st = ShardState(0)
         >>> _ = st.subscribe_batch([Subscription("s", (("x",),), Rect(0, 0, 1, 1))], 0.0, [7])
         >>> st.publish_tagged([Message("a", ("x",), Point(2, 2)), Message("b", ("x",), Point(0.5, 0.5))], 0.0)
-        ([], array([7]), array([0, 1]))
+        ([], array([7], dtype=int32), array([0, 1]))
         """
         messages = list(messages)
         self._validate_messages(messages, now)
@@ -459,7 +459,7 @@ class ShardState:
                 "clause_len": lens.astype("<i4").tobytes(),
                 "terms": terms.astype("<i4").tobytes(),
                 "vocab": list(store.vocab_terms),
-                "tags": store.tag[slots].astype("<i8").tobytes(),
+                "tags": store.tag[slots].astype("<i4").tobytes(),
             },
             "messages": live,
         }
@@ -479,7 +479,7 @@ class ShardState:
             payload["shard_id"],
             subs,
             None,
-            tags=None if tags is None else np.frombuffer(tags, "<i8").tolist(),
+            tags=None if tags is None else np.frombuffer(tags, "<i4").tolist(),
             **payload["options"],
         )
         now = payload["now"]
@@ -556,8 +556,8 @@ def _validate_tags(tags: Sequence[int] | None, n: int) -> list[int] | None:
     if len(tags) != n:
         raise ValidationError("tags", len(tags), f"must give one tag per subscription ({n})")
     for i, t in enumerate(tags):
-        if isinstance(t, bool) or not isinstance(t, int) or not -1 <= t < 2**63:
-            raise ValidationError(f"tags[{i}]", t, "must be an integer >= -1")
+        if isinstance(t, bool) or not isinstance(t, int) or not -1 <= t < 2**31:
+            raise ValidationError(f"tags[{i}]", t, "must be an integer in [-1, 2**31)")
     return tags
 
 

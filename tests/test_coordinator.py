@@ -59,3 +59,69 @@ def test_a_subscribe_past_its_deadline_is_still_kept_across_a_restart(redis_url)
         await stop_server(server, app)
 
     asyncio.run(main())
+
+
+class CountingShard(LocalShard):
+    """Records every round's share and how many rounds are at the shard at once."""
+
+    def __init__(self, k: int, delay_s: float) -> None:
+        super().__init__(k)
+        self.delay_s = delay_s
+        self.sizes: list[int] = []
+        self.busy = 0
+        self.most_busy = 0
+
+    async def apply(self, ops, now):
+        self.busy += 1
+        self.most_busy = max(self.most_busy, self.busy)
+        try:
+            await asyncio.sleep(self.delay_s)
+            self.sizes.append(len(ops))
+            return await super().apply(ops, now)
+        finally:
+            self.busy -= 1
+
+
+def _engine(shards, **kw):
+    from coordinator.engine import Engine
+    from shard.partition_map import PartitionMap
+
+    async def on_round(rnd):
+        for op, a, b in rnd.spans:
+            if not op.future.done():
+                op.future.set_result(b - a)
+
+    pm = PartitionMap.build([(-10.0, 0.0), (10.0, 0.0)], len(shards))
+    return Engine(shards, pm, on_round=on_round, **kw)
+
+
+def _messages(n: int, prefix: str):
+    from shard.model import Message, Point
+
+    return [Message(f"{prefix}{i}", ("x",), Point(-10.0 + (i % 2) * 20.0, 0.0)) for i in range(n)]
+
+
+def test_a_light_load_gathers_into_few_rounds_and_a_heavy_one_keeps_shards_busy():
+    """While a round is at the shards, what trickles in waits for it and goes out together;
+    a full round's worth goes out at once, up to ROUNDS_IN_FLIGHT rounds at a shard."""
+    from coordinator.engine import ROUNDS_IN_FLIGHT
+
+    async def main():
+        shards = [CountingShard(k, 0.03) for k in range(2)]
+        eng = _engine(shards, batch_max=16, batch_delay_ms=2.0)
+        eng.start()
+        futs = []
+        for m in _messages(60, "a"):  # ~2 ms apart: 15 per 30 ms round trip
+            futs += eng.publish_many([m], [b""], ["m"])
+            await asyncio.sleep(0.002)
+        await asyncio.gather(*futs)
+        light = eng.stats["rounds"]
+        assert light <= 8, light  # one round per round trip, not one per 2 ms (before: 13)
+        assert max(sh.most_busy for sh in shards) == 1
+        futs = eng.publish_many(_messages(200, "b"), [b""] * 200, ["m"] * 200)  # a burst
+        await asyncio.gather(*futs)
+        assert max(sh.most_busy for sh in shards) == ROUNDS_IN_FLIGHT
+        assert max(max(sh.sizes) for sh in shards) <= 16  # batch_max per shard
+        await eng.stop()
+
+    asyncio.run(main())

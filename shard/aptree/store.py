@@ -63,7 +63,7 @@ class SubscriptionStore:
         """Estimated seconds between its location updates (0: not known yet)."""
         self.last_t = np.full(slot_cap, -np.inf)
         """Time of its last location update (or subscription)."""
-        self.tag = np.full(slot_cap, -1, np.int64)
+        self.tag = np.full(slot_cap, -1, np.int32)
         """The owner's number for the subscription (the coordinator's slot), reported instead of
         its id where deliveries are counted in bulk (``publish_tagged``); -1: none given."""
 
