@@ -38,7 +38,8 @@ class Settings:
     batch_max: int = 512
     """Most publishes / moves in one call to a shard."""
     batch_delay_ms: float = 2.0
-    """Longest a publish waits for its micro-batch to fill."""
+    """Longest a publish waits for its micro-batch to fill when no round is at the shards (while
+    one is, the next round gathers until it is back or ``batch_max`` operations wait)."""
     queue_max: int = 100_000
     """Pending publishes per shard before Publish answers RESOURCE_EXHAUSTED."""
     retention_max: int = 10_000
