@@ -97,10 +97,12 @@ async def _subscribe_all(stub, subs: list[Subscription]) -> None:
         await stub.Subscribe(pb.SubscribeRequest(subscription=to_proto_subscription(s)))
 
 
-async def _assert_streams_equal_the_oracle(stub, subs: list[Subscription], msgs) -> None:
+async def _assert_streams_equal_the_oracle(
+    stub, subs: list[Subscription], msgs, quiet_s: float = 0.5
+) -> None:
     """Each subscription's stream holds exactly the ADDs of the (one-shot) messages it
     matches, in publish order, numbered 1, 2, 3, ..."""
-    streams = await asyncio.gather(*(_collect(stub, s.id) for s in subs))
+    streams = await asyncio.gather(*(_collect(stub, s.id, quiet_s=quiet_s) for s in subs))
     for s, got in zip(subs, streams, strict=True):
         want = [m.id for m in msgs if subscription_matches(s, m)]
         assert [d.message.id for d in got] == want, s
@@ -220,16 +222,8 @@ def test_a_new_subscription_in_a_freed_slot_starts_afresh(ray_session, redis_url
             after = [random_message(rng, f"q{i}") for i in range(60)]
             for m in after:
                 await c.stub.Publish(pb.PublishRequest(message=to_proto_message(m)))
-            for s in second:
-                got = await _collect(c.stub, s.id, quiet_s=0.15)
-                want = [m.id for m in after if subscription_matches(s, m)]
-                assert [d.message.id for d in got] == want, s.id
-                assert [d.sequence for d in got] == list(range(1, len(want) + 1))
-            for s in kept:
-                got = await _collect(c.stub, s.id, quiet_s=0.15)
-                want = [m.id for m in before + after if subscription_matches(s, m)]
-                assert [d.message.id for d in got] == want, s.id
-                assert [d.sequence for d in got] == list(range(1, len(want) + 1))
+            await _assert_streams_equal_the_oracle(c.stub, second, after)
+            await _assert_streams_equal_the_oracle(c.stub, kept, before + after)
             old = {m.id for m in before if subscription_matches(gone[0], m)}
             seen = []
             with contextlib.suppress(asyncio.TimeoutError, grpc.aio.AioRpcError):
