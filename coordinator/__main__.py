@@ -45,7 +45,8 @@ async def serve(settings) -> None:
         ray.init(include_dashboard=False, log_to_driver=False)
 
     def factory(k: int) -> RayShard:
-        return RayShard(k, make_shard_actor(k, max_restarts=settings.shard_max_restarts))
+        actor = make_shard_actor(k, max_restarts=settings.shard_max_restarts)
+        return RayShard(k, actor, channel=settings.shard_calls == "channel")
 
     server, port, app = await create_server(settings, factory)
     # the loaded subscriptions are frozen out of collections by every (re)load; what comes

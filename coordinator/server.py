@@ -143,6 +143,11 @@ class Coordinator:
                 await self._persist()
         await self.deliveries.drain()
         await self.md.close()
+        if self.engine is not None:
+            for shard in self.engine.shards:
+                close = getattr(shard, "close", None)  # a RayShard's channel
+                if close is not None:
+                    await close()
 
     async def _persist_loop(self) -> None:
         while True:

@@ -50,6 +50,9 @@ class Settings:
     """Deliveries buffered per open result stream; past it the stream falls back to the log."""
     shard_max_restarts: int = 3
     """Ray restarts of a crashed shard actor; the coordinator then reloads it from Redis."""
+    shard_calls: str = "channel"
+    """How rounds reach the shard actors: "channel", over each actor's direct connection
+    (``shard.channel``), or "ray", one Ray call per round and shard (~1 ms of CPU each)."""
     deadline_s: float = 10.0
     """Longest the coordinator waits for a shard or Redis before answering UNAVAILABLE."""
 
@@ -64,6 +67,12 @@ class Settings:
         _check(self.stream_buffer >= 1, "stream_buffer", self.stream_buffer, ">= 1")
         _check(
             self.shard_max_restarts >= -1, "shard_max_restarts", self.shard_max_restarts, ">= -1"
+        )
+        _check(
+            self.shard_calls in ("channel", "ray"),
+            "shard_calls",
+            self.shard_calls,
+            '"channel" or "ray"',
         )
         _check(self.deadline_s > 0, "deadline_s", self.deadline_s, "> 0")
         _check(bool(self.namespace), "namespace", self.namespace, "non-empty")

@@ -175,6 +175,17 @@ def test_settings_precedence_file_env_flags(tmp_path, monkeypatch):
     assert (settings.shards, settings.port, settings.data_dir) == (3, 0, "d")
 
 
+def test_shard_calls_is_channel_or_ray_and_a_bad_value_is_named():
+    from coordinator.settings import Settings
+    from shard.errors import ValidationError
+
+    assert Settings().shard_calls == "channel"
+    assert Settings.load(env={"GEOPUBSUB_SHARD_CALLS": "ray"}).shard_calls == "ray"
+    with pytest.raises(ValidationError) as e:
+        Settings.load(env={"GEOPUBSUB_SHARD_CALLS": "grpc"})
+    assert e.value.field == "shard_calls" and e.value.value == "grpc"
+
+
 def test_target_comes_from_the_flag_then_cluster_json_then_the_default(tmp_path):
     parser = build_parser()
     args = parser.parse_args(["stats", "--data-dir", str(tmp_path)])

@@ -1,0 +1,156 @@
+"""The direct shard channel (``shard.channel``) over real loopback sockets: answers in order,
+a failing call fails alone, a wrong token is refused, a lost connection fails every waiting call
+with UNAVAILABLE; and through a real shard actor, rounds over the channel give what rounds over
+Ray calls give, and a restarted actor's channel is opened again."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import time
+
+import pytest
+
+from shard.channel import Channel, ChannelServer
+from shard.errors import UnavailableError
+
+
+def _echo(payload: bytes, now: float) -> bytes:
+    if payload == b"boom":
+        raise ValueError("no such thing")
+    if payload == b"slow":
+        time.sleep(0.05)
+    return pickle.dumps((payload, now))
+
+
+def test_calls_are_answered_in_order_and_a_failing_call_fails_alone():
+    server = ChannelServer("127.0.0.1", _echo)
+
+    async def main():
+        ch = await Channel.open(server.address, server.token, "shard 0")
+        calls = [
+            ch.call(p, float(i)) for i, p in enumerate([b"slow", b"a", b"boom", b"b" * 70_000])
+        ]
+        got = await asyncio.gather(*calls, return_exceptions=True)
+        assert pickle.loads(got[0]) == (b"slow", 0.0)
+        assert pickle.loads(got[1]) == (b"a", 1.0)
+        assert isinstance(got[2], UnavailableError)
+        assert "ValueError: no such thing" in str(got[2]) and "shard 0" in str(got[2])
+        assert pickle.loads(got[3]) == (b"b" * 70_000, 3.0)  # longer than one socket read
+        assert not ch.broken
+        assert pickle.loads(await ch.call(b"after", 4.0)) == (b"after", 4.0)
+        await ch.close()
+        with pytest.raises(UnavailableError):
+            await ch.call(b"closed", 5.0)
+
+    asyncio.run(main())
+    server.close()
+
+
+def test_a_wrong_token_is_refused():
+    server = ChannelServer("127.0.0.1", _echo)
+
+    async def main():
+        ch = await Channel.open(server.address, b"x" * len(server.token), "shard 1")
+        with pytest.raises(UnavailableError, match="connection lost"):
+            await asyncio.wait_for(ch.call(b"a", 1.0), 5)
+        assert ch.broken
+
+    asyncio.run(main())
+    server.close()
+
+
+def test_a_lost_connection_fails_every_waiting_call():
+    server = ChannelServer("127.0.0.1", _echo)
+
+    async def main():
+        ch = await Channel.open(server.address, server.token, "shard 2")
+        assert pickle.loads(await ch.call(b"a", 1.0)) == (b"a", 1.0)
+        calls = [asyncio.ensure_future(ch.call(b"slow", 2.0)) for _ in range(3)]
+        await asyncio.sleep(0.01)
+        ch._writer.transport.abort()  # the connection drops with calls waiting
+        for c in calls:
+            with pytest.raises(UnavailableError):
+                await asyncio.wait_for(c, 5)
+        with pytest.raises(UnavailableError):
+            await ch.call(b"later", 3.0)
+        again = await Channel.open(server.address, server.token, "shard 2")  # a new one works
+        assert pickle.loads(await again.call(b"b", 4.0)) == (b"b", 4.0)
+        await again.close()
+
+    asyncio.run(main())
+    server.close()
+
+
+def test_a_closed_port_is_unavailable():
+    server = ChannelServer("127.0.0.1", _echo)
+    address = server.address
+    server.close()
+
+    async def main():
+        with pytest.raises(UnavailableError, match="unreachable"):
+            await Channel.open(address, server.token, "shard 3")
+
+    asyncio.run(main())
+
+
+@pytest.mark.ray
+def test_rounds_over_the_channel_equal_rounds_over_ray_and_survive_a_restart(ray_session):
+    """Two actors loaded alike, one called through Ray and one through its channel, give the same
+    answers to the same rounds; a restart breaks the channel, the next round opens a new one and
+    fails UNAVAILABLE until the shard is loaded again."""
+    from coordinator.shards import RayShard
+    from shard.actor import make_shard_actor
+    from shard.model import Message, Point, Rect, Subscription
+
+    ray = ray_session
+    subs = [
+        Subscription(f"s{i}", (("x",),), Rect(i, 0, i + 2, 2), moving=i % 2 == 0) for i in range(20)
+    ]
+    tags = list(range(len(subs)))
+    rounds = [
+        [("pub", Message(f"m{r}-{j}", ("x",), Point(r + j * 0.5, 1.0), ttl=2.0)) for j in range(8)]
+        + [("move", "s4", Point(r + 1.0, 1.0)), ("unsub", f"s{r + 10}")]
+        for r in range(5)
+    ]
+    actors = [make_shard_actor(k, {"theta_p": 4}) for k in (0, 1)]
+    via_ray, via_channel = RayShard(0, actors[0], channel=False), RayShard(1, actors[1])
+
+    def canonical(answer):
+        expired, out, tags = answer
+        return expired, [x if isinstance(x, int) else sorted(x) for x in out], list(tags)
+
+    async def main():
+        for sh in (via_ray, via_channel):
+            assert await sh.load(subs, 0.0, tags) == len(subs)
+        for r, ops in enumerate(rounds):
+            a = await via_ray.apply(ops, 1.0 + r)
+            b = await via_channel.apply(ops, 1.0 + r)
+            assert canonical(a) == canonical(b)
+        assert via_channel._channel is not None and not via_ray._channel
+        info = ray.get(actors[1].info.remote())
+        old = via_channel._channel.result()
+        ray.kill(actors[1], no_restart=False)
+        deadline = time.monotonic() + 120
+        while True:  # Ray brings the actor back empty
+            try:
+                if (
+                    ray.get(actors[1].info.remote(), timeout=30)["incarnation"]
+                    != info["incarnation"]
+                ):
+                    break
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                pass
+            assert time.monotonic() < deadline, "the shard actor did not come back"
+            await asyncio.sleep(0.2)
+        assert old.broken  # the connection went with the process
+        with pytest.raises(UnavailableError, match="awaits load"):  # a new one; the shard is empty
+            await via_channel.apply(rounds[0], 9.0)
+        assert await via_channel.load(subs, 10.0, tags) == len(subs)
+        answer = await via_channel.apply(rounds[0][:1], 11.0)
+        assert answer[1] == [len(answer[2])] and len(answer[2]) > 0
+        await via_channel.close()
+
+    asyncio.run(main())
+    for a in actors:
+        ray.kill(a)
