@@ -8,8 +8,9 @@ within ``batch_delay_ms`` of the first), reads the clock once (``now``) and send
 (merged, handed to ``on_round``) in the order they were sent. While a round is at the shards
 the next one gathers what arrives meanwhile; only once a full round's worth waits (a busy
 publisher) is it sent before the earlier one is back, up to ``ROUNDS_IN_FLIGHT`` at once
-(routing the next while the shards work). So a light load makes few, fuller rounds (each Ray
-call costs ~1 ms of CPU on both sides) and a heavy one keeps the shards busy.
+(routing the next while the shards work). So a light load makes few, fuller rounds (each call
+costs CPU on both sides: ~1 ms as a Ray call, much less over the shard channel) and a heavy one
+keeps the shards busy.
 
 Routing (``shard.partition_map``): a point message goes to the shard owning the point, a region
 message to every shard its box meets; a subscription lives on every shard its region's box
@@ -145,6 +146,7 @@ class Engine:
         clock: Callable[[], float] = time.time,
         tick_s: float = DEFAULT_TICK_S,
         slots: Slots | None = None,
+        on_failure: Callable[[BaseException], Any] | None = None,
     ) -> None:
         if len(shards) != len(pm):
             raise ValidationError("shards", len(shards), f"must equal the map's {len(pm)} parts")
@@ -172,18 +174,43 @@ class Engine:
         self._last_now = -float("inf")
         self._broken: set[int] = set()
         self._stopped = False
+        self._failure: str | None = None
+        """Why the round loop died, if it did (``_loop_ended``)."""
+        self.on_failure = on_failure
         self.stats = defaultdict(int)
 
     # ---- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="engine")
+        self._task.add_done_callback(self._loop_ended)
+
+    def _loop_ended(self, task: asyncio.Task) -> None:
+        """The round loop ended without ``stop``: a bug. Say so loudly, answer every waiting and
+        later operation UNAVAILABLE (instead of letting callers wait for their deadlines) and
+        tell ``on_failure`` (the server turns its health check NOT_SERVING)."""
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        log.critical("the round loop stopped on an error", exc_info=exc)
+        self._failure = (
+            f"the coordinator's round loop failed ({type(exc).__name__}: {exc}); restart it"
+        )
+        self._stopped = True
+        err = UnavailableError(self._failure)
+        for op in self._pending:
+            if not op.future.done():
+                _fail(op.future, err)
+        self._pending.clear()
+        if self.on_failure is not None:
+            self.on_failure(exc)
 
     async def stop(self) -> None:
         self._stopped = True
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            if not self._task.done():  # (a loop that died was reported by ``_loop_ended``)
+                self._task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._task
             self._task = None
         for op in self._pending:
             if not op.future.done():
@@ -221,8 +248,7 @@ class Engine:
     ) -> list[asyncio.Future]:
         """Publish a batch in order, all or nothing: every message is checked before any is
         queued. ``fields`` names each message in errors."""
-        if self._stopped:
-            raise UnavailableError("the coordinator is reloading or stopping; retry")
+        self._check_open()
         if len(self._pending) + len(msgs) > self.queue_max:
             self.stats["rejected_overload"] += 1
             raise OverloadedError(f"{len(self._pending)} operations waiting; retry later")
@@ -262,8 +288,7 @@ class Engine:
                     sub_id,
                     "the subscription is not moving (subscribe it with moving=true)",
                 )
-        if self._stopped:
-            raise UnavailableError("the coordinator is reloading or stopping; retry")
+        self._check_open()
         if len(self._pending) + len(moves) > self.queue_max:
             self.stats["rejected_overload"] += 1
             raise OverloadedError(f"{len(self._pending)} operations waiting; retry later")
@@ -290,12 +315,17 @@ class Engine:
         if not self._pending:
             self._first_at = asyncio.get_running_loop().time()
 
+    def _check_open(self) -> None:
+        if self._stopped:
+            raise UnavailableError(
+                self._failure or "the coordinator is reloading or stopping; retry"
+            )
+
     def _future(self) -> asyncio.Future:
         return asyncio.get_running_loop().create_future()
 
     def _submit(self, op: Op) -> asyncio.Future:
-        if self._stopped:
-            raise UnavailableError("the coordinator is reloading or stopping; retry")
+        self._check_open()
         if len(self._pending) >= self.queue_max:
             self.stats["rejected_overload"] += 1
             raise OverloadedError(f"{len(self._pending)} operations waiting; retry later")
@@ -372,7 +402,19 @@ class Engine:
                     _fail(op.future, err)
             self.stats["failed_rounds"] += 1
             return
-        await self.on_round(rnd)
+        try:
+            await self.on_round(rnd)
+        except BaseException as exc:  # a bug in the delivery stage (or a stop): its callers are
+            # answered UNAVAILABLE, and the loop ends (``_loop_ended``)
+            err = UnavailableError(
+                "the coordinator is stopping"
+                if isinstance(exc, asyncio.CancelledError)
+                else f"delivering a round failed ({type(exc).__name__}: {exc})"
+            )
+            for op in sent.ops:
+                if not op.future.done():
+                    _fail(op.future, err)
+            raise
         for sid in rnd.removed:  # delivered: the slot may go to another subscription
             if sid not in self.subs:
                 self.slots.release(sid)

@@ -78,6 +78,9 @@ class Coordinator:
         self._dirty: set[str] = set()
         self._reload_lock = asyncio.Lock()
         self._persist_task: asyncio.Task | None = None
+        self.health: health.aio.HealthServicer | None = None
+        """The health service (``create_server`` sets it)."""
+        self._unhealthy: asyncio.Task | None = None
 
     async def start(self) -> None:
         """Connect to Redis, load or build the partition map, rebuild every shard from the
@@ -109,6 +112,7 @@ class Coordinator:
             queue_max=s.queue_max,
             clock=self.clock,
             slots=self.slots,
+            on_failure=self._engine_failed,
         )
         per = self.engine.restore(subs)
         self.deliveries.prime((s.id for s in subs), await self.md.logged_sequences())
@@ -120,6 +124,16 @@ class Coordinator:
         freeze_long_lived()  # 1M subscriptions out of every later collection (shard.heap)
         self.engine.start()
         return len(self.engine.subs)
+
+    def _engine_failed(self, exc: BaseException) -> None:
+        """The round loop died (a bug; the engine logged it): the health check says so."""
+        if self.health is not None:
+            names = ("", pb.DESCRIPTOR.services_by_name["GeoPubSub"].full_name)
+            self._unhealthy = asyncio.get_running_loop().create_task(
+                asyncio.gather(
+                    *(self.health.set(n, health_pb2.HealthCheckResponse.NOT_SERVING) for n in names)
+                )
+            )
 
     async def reload(self) -> int:
         """Rebuild every shard from Redis (after a bulk load) with the same shard actors:

@@ -25,7 +25,7 @@ The constructor compiles the index kernels first (``shard.warmup``; ~1 s from nu
 ``incarnation`` token that changes with every (re)start, so a coordinator can tell a restart.
 
 ``channel()`` opens the direct connection the coordinator sends its rounds over
-(``shard.channel``: a Ray call costs ~1 ms of CPU, a round over the channel ~0.1 ms). Its
+(``shard.channel``: a Ray call costs ~1 ms of CPU on the two sides together). Its
 requests run on the channel's thread, so every method that touches the state holds the actor's
 lock: calls from Ray and from the channel never interleave.
 """

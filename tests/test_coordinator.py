@@ -125,3 +125,34 @@ def test_a_light_load_gathers_into_few_rounds_and_a_heavy_one_keeps_shards_busy(
         await eng.stop()
 
     asyncio.run(main())
+
+
+def test_a_round_loop_that_dies_answers_unavailable_and_says_so():
+    """A bug in the delivery stage must not leave callers waiting for their deadlines: the
+    round's callers, the waiting ones and every later one get UNAVAILABLE naming the error,
+    and ``on_failure`` hears of it (the server's health check)."""
+    from coordinator.engine import Engine
+    from shard.errors import UnavailableError
+    from shard.partition_map import PartitionMap
+
+    async def main():
+        failures = []
+
+        async def on_round(rnd):
+            raise RuntimeError("numbering broke")
+
+        pm = PartitionMap.build([(-10.0, 0.0), (10.0, 0.0)], 2)
+        shards = [CountingShard(k, 0.01) for k in range(2)]
+        eng = Engine(shards, pm, on_round=on_round, on_failure=failures.append)
+        eng.start()
+        first = eng.publish_many(_messages(3, "a"), [b""] * 3, ["m"] * 3)
+        for f in first:
+            with pytest.raises(UnavailableError, match="numbering broke"):
+                await asyncio.wait_for(f, 5)
+        await asyncio.sleep(0.05)
+        assert len(failures) == 1 and "numbering broke" in str(failures[0])
+        with pytest.raises(UnavailableError, match="round loop failed.*numbering broke"):
+            eng.publish_many(_messages(1, "b"), [b""], ["m"])
+        await eng.stop()
+
+    asyncio.run(main())

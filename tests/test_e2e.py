@@ -296,6 +296,29 @@ def test_invalid_requests_name_the_field_and_health_says_serving(ray_session, re
     run(main())
 
 
+def test_a_dead_round_loop_answers_unavailable_and_health_says_not_serving(ray_session, redis_url):
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    async def main():
+        async with Cluster(_settings(redis_url, uuid.uuid4().hex)) as c:
+
+            async def broken(rnd):
+                raise RuntimeError("a bug in the delivery stage")
+
+            c.app.engine.on_round = broken
+            m = pb.PublishRequest(message=pb.Message(keywords=["x"], point=pb.Point(lon=1)))
+            for _ in range(2):  # the round that fails, then one after
+                with pytest.raises(grpc.aio.AioRpcError) as e:
+                    await c.stub.Publish(m, timeout=5)
+                assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+                assert "a bug in the delivery stage" in e.value.details()
+            health = health_pb2_grpc.HealthStub(c.channel)
+            h = await health.Check(health_pb2.HealthCheckRequest(service=""))
+            assert h.status == health_pb2.HealthCheckResponse.NOT_SERVING
+
+    run(main())
+
+
 def test_moving_deliveries_reach_the_stream_in_order(ray_session, redis_url):
     sub = Subscription("w", (("x",),), Rect(-1, -1, 1, 1), moving=True)
 
