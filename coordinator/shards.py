@@ -7,7 +7,9 @@ and ``stats()``; a shard that cannot be reached raises ``UnavailableError``.
 from __future__ import annotations
 
 import asyncio
+import logging
 import pickle
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,6 +18,11 @@ from shard.errors import GeoPubSubError, UnavailableError
 from shard.model import Subscription, subscriptions_to_rows
 from shard.ops import apply_ops, dumps_ops
 from shard.state import ShardState
+
+log = logging.getLogger(__name__)
+
+CHANNEL_RETRY_S = 60.0
+"""How long a shard whose channel port could not be reached gets its rounds as Ray calls."""
 
 
 class LocalShard:
@@ -40,36 +47,52 @@ class RayShard:
     direct channel (``shard.channel``; ``channel=False``: one Ray task each), everything else is
     a Ray call. The channel is opened on the first round and again after it broke (the actor
     restarted, say): the round that finds it broken fails with ``UnavailableError`` like a
-    failed Ray call, and the engine rebuilds the shard."""
+    failed Ray call, and the engine rebuilds the shard. If the actor answers but its port
+    cannot be reached (a network that lets Ray through and nothing else), rounds go as Ray
+    calls, and the channel is tried again after ``CHANNEL_RETRY_S``."""
 
     def __init__(self, shard_id: int, actor: Any, *, channel: bool = True) -> None:
         self.shard_id = shard_id
         self.actor = actor
         self.use_channel = channel
         self._channel: asyncio.Future | None = None
-        """Future of the open ``Channel``: rounds made while it connects wait for it in order."""
+        """Future of the open ``Channel`` (None: unreachable, use Ray calls): rounds made while
+        it connects wait for it in order."""
+        self._retry_at = 0.0
 
     async def apply(self, ops: list[tuple], now: float):
         data = dumps_ops(ops)
-        if not self.use_channel:
-            return pickle.loads(await self._call(self.actor.apply_pickled.remote(data, now)))
-        if self._channel is None or (self._channel.done() and self._failed(self._channel)):
-            self._channel = asyncio.ensure_future(self._open())
-        channel = await asyncio.shield(self._channel)
-        return pickle.loads(await channel.call(data, now))
+        if self.use_channel:
+            fut = self._channel
+            if fut is None or (fut.done() and self._failed(fut)):
+                fut = self._channel = asyncio.ensure_future(self._open())
+            channel = await asyncio.shield(fut)
+            if channel is not None:
+                return pickle.loads(await channel.call(data, now))
+        return pickle.loads(await self._call(self.actor.apply_pickled.remote(data, now)))
 
-    @staticmethod
-    def _failed(fut: asyncio.Future) -> bool:
-        return fut.cancelled() or fut.exception() is not None or fut.result().broken
+    def _failed(self, fut: asyncio.Future) -> bool:
+        """Whether a new channel should be opened instead of the one ``fut`` gave."""
+        if fut.cancelled() or fut.exception() is not None:
+            return True
+        channel = fut.result()
+        return channel.broken if channel is not None else time.monotonic() >= self._retry_at
 
-    async def _open(self) -> Channel:
+    async def _open(self) -> Channel | None:
         host, port, token = await self._call(self.actor.channel.remote())
-        return await Channel.open((host, port), token, f"shard {self.shard_id}")
+        try:
+            return await Channel.open((host, port), token, f"shard {self.shard_id}")
+        except UnavailableError as exc:
+            self._retry_at = time.monotonic() + CHANNEL_RETRY_S
+            log.warning("%s; its rounds go as Ray calls for %g s", exc, CHANNEL_RETRY_S)
+            return None
 
     async def close(self) -> None:
-        if self._channel is not None and self._channel.done() and not self._failed(self._channel):
-            await self._channel.result().close()
-        self._channel = None
+        fut, self._channel = self._channel, None
+        if fut is not None and fut.done() and not fut.cancelled() and fut.exception() is None:
+            channel = fut.result()
+            if channel is not None:
+                await channel.close()
 
     async def load(self, subs: Sequence[Subscription], now: float, tags: Sequence[int]) -> int:
         # as tuples: pickling 500k dataclasses took ~8 s of the coordinator's start, tuples ~2 s

@@ -154,3 +154,42 @@ def test_rounds_over_the_channel_equal_rounds_over_ray_and_survive_a_restart(ray
     asyncio.run(main())
     for a in actors:
         ray.kill(a)
+
+
+@pytest.mark.ray
+def test_a_shard_whose_port_cannot_be_reached_gets_ray_calls_and_is_retried(
+    ray_session, monkeypatch
+):
+    """A network that lets Ray through but not the channel's port (simulated: connecting fails)
+    costs speed, not rounds: they go as Ray calls, and the channel is tried again later."""
+    import coordinator.shards as shards
+    from coordinator.shards import RayShard
+    from shard.actor import make_shard_actor
+    from shard.model import Message, Point, Rect, Subscription
+
+    ray = ray_session
+    real_open = Channel.open
+
+    async def firewalled(address, token, name):
+        raise UnavailableError(f"{name} unreachable at {address}: [Errno 113] No route to host")
+
+    monkeypatch.setattr(shards.Channel, "open", firewalled)
+    actor = make_shard_actor(0, {"theta_p": 4})
+    shard = RayShard(0, actor)
+    pub = [("pub", Message("m", ("x",), Point(0.5, 0.5)))]
+
+    async def main():
+        assert await shard.load([Subscription("s", (("x",),), Rect(0, 0, 1, 1))], 0.0, [7]) == 1
+        for now in (1.0, 2.0):  # answered, as Ray calls
+            assert list((await shard.apply(pub, now))[2]) == [7]
+        assert shard._channel.result() is None
+        monkeypatch.setattr(shards.Channel, "open", real_open)
+        assert list((await shard.apply(pub, 3.0))[2]) == [7]  # not retried yet
+        assert shard._channel.result() is None
+        shard._retry_at = 0.0  # the retry time has come
+        assert list((await shard.apply(pub, 4.0))[2]) == [7]
+        assert shard._channel.result() is not None and not shard._channel.result().broken
+        await shard.close()
+
+    asyncio.run(main())
+    ray.kill(actor)
