@@ -1,16 +1,24 @@
-"""The delivery stage: sequence numbers, the Redis retention log and the live result streams.
+"""The delivery stage: sequence numbers, the retention log and the live result streams.
 
-For every round (in order) it numbers each subscription's deliveries 1, 2, 3, … (continuing
-from the log after a restart) and answers the round's callers; a writer task behind it (at most
-``WRITE_QUEUE`` rounds behind: backpressure) writes each round's deliveries to the log in one
-script call and only then offers them to the open streams. Numbering works on arrays indexed by
-the subscriptions' slots (``coordinator.slots``): nothing per delivery goes through a dictionary.
-A stream registers, waits until the rounds numbered before it are logged, then reads the log; a
-round numbered later offers it its deliveries. So a delivery is either in the log when the
-stream reads it or reaches the stream's buffer: a resumed stream misses nothing and, skipping
-sequences it has seen, repeats nothing. A stream's buffer is bounded; when a slow consumer lets it fill, new deliveries are
-dropped from the buffer (counted) and the stream catches up from the log: publishing never
-waits for a consumer.
+For every round (in order) it numbers each subscription's deliveries (``slots.number``: arrays
+by slot, one compiled pass) and builds the round's blob of durable deliveries
+(``coordinator.retention``). A writer task behind it (at most ``WRITE_QUEUE`` rounds behind:
+backpressure) writes each round in one script call, and only then answers the round's callers
+and offers its deliveries to the open streams: an acknowledged delivery to a durable
+subscription is in Redis. A write that fails (Redis away) is retried until it succeeds; meanwhile
+the rounds behind it wait, callers time out, and ``log_failing`` says so (health NOT_SERVING).
+
+Numbers never repeat. A durable subscription's are in the log; an ephemeral one's are covered by
+a *lease* in Redis, extended by ``LEASE_STEP`` in the round's own write before its deliveries go
+past it, so a restart continues above anything given out.
+
+A stream takes a *mark* (the subscription's last sequence and newest log record) when it opens,
+waits until the rounds numbered before are written, reads the log up to the mark and then what
+rounds numbered later offer it. What it cannot serve (not retained, never logged) it reports as
+a ``GAP`` delivery naming the range, in place; it never skips silently and never repeats a
+sequence. A stream's buffer is bounded; when a slow consumer lets it fill, new deliveries are
+dropped from the buffer (counted) and the stream takes a new mark and catches up from the log:
+publishing never waits for a consumer.
 """
 
 from __future__ import annotations
@@ -20,24 +28,26 @@ import contextlib
 import logging
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from coordinator.convert import to_proto_delivery
-from coordinator.engine import Round
-from coordinator.metadata import Metadata
-from coordinator.slots import UNKNOWN, Slots, number
+from coordinator.dedupe import Dedupe
+from coordinator.retention import SREC, RoundLog, encode_round, message_record, to_message
+from coordinator.rounds import ADD, Round
+from coordinator.slots import Slots, number
 from geopubsub.v1 import geopubsub_pb2 as pb
+from shard.errors import UnavailableError
 
 _log = logging.getLogger(__name__)
-LOG_READ_BATCH = 1000
 WRITE_QUEUE = 4
-"""Rounds numbered and answered but not yet logged; a full queue holds up the next round."""
-REFRESH_SHARE = 0.25
-"""A log's expiry is set again only once this share of the retention time has passed since it was
-last set, not on every write; it is set to (1 + this share) x the retention time, so a log (and a
-logged message) outlives its last entry's retention by up to this share."""
+"""Rounds numbered but not yet written; a full queue holds up the next round."""
+LEASE_STEP = 1024
+"""How far an ephemeral subscription's lease is extended past the sequence that needed it."""
+RETRY_S = (0.05, 1.0)
+"""Back-off between attempts to write a round while Redis fails (first, most)."""
 _SIGN = ("+", "-")
 
 
@@ -49,35 +59,57 @@ class _Stream:
         self.overflowed = False
 
 
+@dataclass(slots=True)
+class _Written:
+    """A numbered round on its way to the writer."""
+
+    rnd: Round
+    n: int
+    """Its round number in the log (0: nothing to write)."""
+    blob: bytes
+    pub_ids: list[str]
+    leases: list[tuple[bytes, int]]
+    followed: list[tuple[int, str]]
+    delivery: Callable[[int, str], pb.Delivery]
+    matched: dict[str, int]
+    answers: list[tuple[asyncio.Future, object]]
+    """Each operation's answer: a publish's matched count, a move's deliveries."""
+
+
 class Deliveries:
     def __init__(
         self,
-        md: Metadata,
+        log: RoundLog,
         *,
         retention_max: int,
         retention_s: float,
         stream_buffer: int,
         clock=time.time,
         slots: Slots | None = None,
+        dedupe: Dedupe | None = None,
     ) -> None:
-        self.md = md
+        self.log = log
         self.clock = clock
         self.retention_max = retention_max
         self.retention_s = retention_s
         self.stream_buffer = stream_buffer
         self.slots = slots if slots is not None else Slots()
         """Per-subscription numbering, durability and stream flags, by slot (the engine's)."""
+        self.dedupe = dedupe if dedupe is not None else Dedupe()
         self.streams: dict[str, set[_Stream]] = defaultdict(set)
         self.delivered = 0
         self.dropped = 0
-        self.unlogged = 0
-        """Deliveries the log could not take (Redis unreachable)."""
+        self.gaps = 0
+        """GAP deliveries sent (ranges a stream could not serve)."""
+        self.log_failures = 0
+        self.log_failing = False
+        """The last attempt to write a round failed (Redis unreachable)."""
         self._written: asyncio.Queue = asyncio.Queue(WRITE_QUEUE)
         self._writer: asyncio.Task | None = None
         self._numbered = 0
         """Rounds numbered and handed to the writer."""
         self._handled = 0
-        """Rounds the writer has logged and offered."""
+        """Rounds the writer has written, answered and offered."""
         self._waiting: list[tuple[int, asyncio.Future]] = []
 
     @property
@@ -85,49 +117,41 @@ class Deliveries:
         """Subscriptions whose deliveries skip the retention log."""
         return self.slots.ephemeral
 
-    def prime(self, ids: Iterable[str], logged: dict[str, int]) -> None:
-        """Know where each placed subscription's numbering continues (its log's last sequence,
-        else 0) before any round needs it; a subscription numbered already keeps its number. A
-        round that meets an unknown one (placed since) asks the log itself."""
-        slot_of, seq = self.slots.slot_of, self.slots.seq
-        for sid in ids:
-            s = slot_of.get(sid)
-            if s is not None and seq[s] == UNKNOWN:
-                seq[s] = logged.get(sid, 0)
-
     async def on_round(self, rnd: Round) -> None:
         tab = self.slots
-        kinds, mids, now = rnd.kinds, rnd.msgs, rnd.now
+        now = rnd.now
         slots = np.array(rnd.subs, np.int64)
-        unknown = slots[tab.seq[slots] == UNKNOWN]
-        if unknown.size:  # first delivery since start: continue the log's numbering (an
-            # ephemeral subscription may have been durable before: its old log's numbers stay
-            # used). Slots do not change meanwhile: the engine waits for this round.
-            u = np.unique(unknown).tolist()
-            for s, last in zip(
-                u, await self.md.last_sequences([tab.ids[s] for s in u]), strict=True
-            ):
-                if tab.seq[s] == UNKNOWN:
-                    tab.seq[s] = last
         seqs = number(tab.seq, slots)
-        ids = tab.ids
-        log = []
-        d = np.flatnonzero(tab.durable[slots])
-        if d.size:
-            ds = slots[d]
-            first_of, first = np.unique(ds, return_index=True)
-            due = tab.refreshed[first_of] < now - self.retention_s * REFRESH_SHARE
-            refresh = np.zeros(d.size, np.bool_)
-            refresh[first[due]] = True
-            tab.refreshed[first_of[due]] = now
-            log = [
-                (ids[s], n, kinds[i], mids[i], r)
-                for i, s, n, r in zip(
-                    d.tolist(), ds.tolist(), seqs[d].tolist(), refresh.tolist(), strict=True
+        kinds = np.array(rnd.kinds, np.uint8)
+        durable = tab.durable[slots]
+        # ephemeral subscriptions past their lease: extend it in this round's write
+        e = slots[~durable]
+        leases: list[tuple[bytes, int]] = []
+        if e.size:
+            over = np.unique(e[tab.seq[e] > tab.lease[e]])
+            if over.size:
+                tab.lease[over] = tab.seq[over] + LEASE_STEP
+                idb = tab.idb
+                leases = list(
+                    zip([idb[s] for s in over.tolist()], tab.lease[over].tolist(), strict=True)
                 )
-            ]
+        # the round's durable deliveries, grouped by subscription (a record each)
+        matched = {}
+        pub_ids: list[str] = []
+        pending = self.dedupe.pending
+        if pending:
+            for op, a, b in rnd.spans:
+                if op.kind == "pub" and pending.get(op.arg.id) is op.future:
+                    pub_ids.append(op.arg.id)
+                    matched[op.arg.id] = b - a - int(kinds[a:b].sum())
+        d = np.flatnonzero(durable)
+        n, blob = 0, b""
+        if d.size or pub_ids or leases:
+            n = self.log.next_round()
+            blob = self._blob(n, rnd, slots, seqs, kinds, d, [matched[i] for i in pub_ids], pub_ids)
         # who follows a delivery is settled now, with the numbering (a stream that opens later
-        # waits for this round's log: ``_caught_up``)
+        # takes its mark after this round: ``stream``)
+        ids = tab.ids
         f = np.flatnonzero(tab.followed[slots]) if tab.followed_ids else ()
         followed = (
             [(i, ids[s]) for i, s in zip(f.tolist(), slots[f].tolist(), strict=True)]
@@ -135,61 +159,116 @@ class Deliveries:
             else []
         )
         # Delivery messages are built only where someone takes them: a move's caller, a stream
-        msgs: dict[str, pb.Message] = {}
+        msgs: dict[int, pb.Message] = {}
         built: dict[int, pb.Delivery] = {}
+        mids, midx = rnd.mids, rnd.midx
 
         def delivery(i: int, sid: str) -> pb.Delivery:
             x = built.get(i)
             if x is None:
-                mid, kind = mids[i], kinds[i]
-                m = msgs.get(mid) if kind == 0 else None
+                k, kind = midx[i], rnd.kinds[i]
+                m = msgs.get(k) if kind == ADD else None
                 if m is None:
-                    m = (
-                        pb.Message.FromString(rnd.payloads[mid])
-                        if kind == 0
-                        else pb.Message(id=mid)
-                    )
-                    if kind == 0:
-                        msgs[mid] = m
+                    if kind == ADD:
+                        m = msgs[k] = pb.Message.FromString(rnd.payloads[mids[k]])
+                    else:
+                        m = pb.Message(id=mids[k])
                 x = built[i] = to_proto_delivery(sid, int(seqs[i]), _SIGN[kind], m, time=now)
             return x
 
+        answers = []
         for op, a, b in rnd.spans:
-            if op.future.done():
-                continue
             if op.kind == "pub":
-                op.future.set_result(b - a - sum(kinds[a:b]))
+                answers.append((op.future, b - a - int(kinds[a:b].sum())))
             elif op.kind == "move":
-                op.future.set_result([delivery(i, ids[rnd.subs[i]]) for i in range(a, b)])
+                answers.append((op.future, [delivery(i, ids[slots[i]]) for i in range(a, b)]))
             else:
-                op.future.set_result(None)
+                answers.append((op.future, None))
         self.delivered += len(slots)
         self._numbered += 1
         if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(self._write_loop())
-        await self._written.put((now, followed, log, rnd.payloads, delivery))
+        await self._written.put(
+            _Written(rnd, n, blob, pub_ids, leases, followed, delivery, matched, answers)
+        )
+
+    def _blob(self, n, rnd, slots, seqs, kinds, d, pub_matched, pub_ids) -> bytes:
+        """Round ``n``'s blob: the durable deliveries ``d`` grouped by subscription (each
+        record chained to the subscription's previous one), the messages they name."""
+        tab = self.slots
+        ds = slots[d]
+        order = np.argsort(ds, kind="stable")
+        ds = ds[order]
+        u, first, counts = np.unique(ds, return_index=True, return_counts=True)
+        recs = np.empty(u.size, SREC)
+        recs["prev"] = tab.head[u]
+        recs["first"] = seqs[d][order][first]
+        recs["count"] = counts
+        recs["start"] = first
+        tab.head[u] = n
+        midx = np.array(rnd.midx, np.int64)[d][order]
+        used, local = np.unique(midx, return_inverse=True)
+        mids, payloads = rnd.mids, rnd.payloads
+        msgs = [message_record(mids[k], payloads.get(mids[k], b"")) for k in used.tolist()]
+        idb = tab.idb
+        return encode_round(
+            n,
+            rnd.now,
+            [idb[s] for s in u.tolist()],
+            recs,
+            kinds[d][order],
+            local,
+            msgs,
+            pub_ids,
+            pub_matched,
+        )
 
     async def _write_loop(self) -> None:
-        """Rounds in order: the retention log first, then the open streams."""
+        """Rounds in order: written to the log (retried until it takes them), then answered,
+        then offered to the open streams."""
         while True:
-            now, followed, log, payloads, delivery = await self._written.get()
+            w: _Written = await self._written.get()
             try:
-                await self.md.append_log(
-                    log, payloads, now, self.retention_max, self.retention_s * (1 + REFRESH_SHARE)
-                )
-            except Exception:  # Redis away: these deliveries are not retained (counted)
-                self.unlogged += len(log)
-                _log.warning("could not log %d deliveries", len(log), exc_info=True)
+                if w.n:
+                    await self._write(w)
+                self._answer(w)
+                self._offer(w.followed, w.delivery)
             finally:
-                self._offer(followed, delivery)
                 self._handled += 1
                 if self._waiting:
-                    ready = [w for w in self._waiting if w[0] <= self._handled]
-                    self._waiting = [w for w in self._waiting if w[0] > self._handled]
+                    ready = [x for x in self._waiting if x[0] <= self._handled]
+                    self._waiting = [x for x in self._waiting if x[0] > self._handled]
                     for _, fut in ready:
                         if not fut.done():
                             fut.set_result(None)
                 self._written.task_done()
+
+    async def _write(self, w: _Written) -> None:
+        pause = RETRY_S[0]
+        while True:
+            try:
+                dropped = await self.log.append(w.n, w.rnd.now, w.blob, w.pub_ids, w.leases)
+            except UnavailableError:
+                self.log_failures += 1
+                if not self.log_failing:
+                    _log.warning(
+                        "the retention log cannot write round %d; retrying", w.n, exc_info=True
+                    )
+                self.log_failing = True
+                await asyncio.sleep(pause)
+                pause = min(2 * pause, RETRY_S[1])
+                continue
+            if self.log_failing:
+                _log.warning("the retention log writes again (round %d)", w.n)
+            self.log_failing = False
+            self.dedupe.logged(w.matched, dropped)
+            return
+
+    @staticmethod
+    def _answer(w: _Written) -> None:
+        for fut, value in w.answers:
+            if not fut.done():
+                fut.set_result(value)
 
     def _offer(self, followed: list[tuple[int, str]], delivery) -> None:
         streams = self.streams
@@ -204,7 +283,7 @@ class Deliveries:
                     self.dropped += 1
 
     async def _caught_up(self) -> None:
-        """Wait until every round numbered so far is logged and offered."""
+        """Wait until every round numbered so far is written and offered."""
         mark = self._numbered
         if self._handled >= mark:
             return
@@ -213,51 +292,83 @@ class Deliveries:
         await fut
 
     async def drain(self) -> None:
-        """Wait until every round handed over is logged and offered, then stop the writer."""
+        """Wait until every round handed over is written and offered, stop the writer, and
+        set every ephemeral lease to its exact sequence (a clean restart skips no number)."""
         if self._writer is not None and not self._writer.done():
             await self._written.join()
             self._writer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._writer
         self._writer = None
+        tab = self.slots
+        n = len(tab.ids)
+        ahead = np.flatnonzero(tab.lease[:n] > tab.seq[:n]).tolist()
+        exact = [(tab.idb[s], int(tab.seq[s])) for s in ahead if tab.ids[s] is not None]
+        if exact:
+            await self.log.write_leases(exact)
+            tab.lease[ahead] = tab.seq[ahead]
+
+    def _gap(self, sub_id: str, first: int, last: int) -> pb.Delivery:
+        self.gaps += 1
+        return pb.Delivery(
+            subscription_id=sub_id,
+            sequence=last,
+            kind=pb.Delivery.GAP,
+            gap_from=first,
+            time=self.clock(),
+        )
 
     async def stream(self, sub_id: str, after: int) -> AsyncIterator[pb.Delivery]:
         """Deliveries of ``sub_id`` with sequence > ``after``: the retained ones from the log,
-        then live ones as they come. Never repeats a sequence."""
+        then live ones as they come; a GAP in place of what cannot be served. Never repeats a
+        sequence."""
         st = _Stream(self.stream_buffer)
         self.streams[sub_id].add(st)
-        self.slots.set_followed(sub_id, True)
+        tab = self.slots
+        tab.set_followed(sub_id, True)
         last = after
         try:
-            # rounds numbered before the stream was known may still be on their way to the
-            # log: read it once they are there
-            await self._caught_up()
             while True:
-                while True:
-                    rows = await self.md.read_log(sub_id, last, LOG_READ_BATCH)
-                    oldest = self.clock() - self.retention_s
-                    for n, kind, payload, t in rows:
-                        if n <= last:
-                            continue
-                        last = n
-                        if t < oldest:  # past the retention window
-                            continue
-                        m = pb.Message.FromString(payload)
-                        yield to_proto_delivery(sub_id, n, _SIGN[kind], m, time=t)
-                    if len(rows) < LOG_READ_BATCH:
-                        break
+                # the mark: rounds numbered before it are in the log (once written), later ones
+                # come to the buffer
+                s = tab.slot_of.get(sub_id)
+                if s is None:  # removed meanwhile: nothing more comes
+                    return
+                mark, head = int(tab.seq[s]), int(tab.head[s])
+                while not st.queue.empty():
+                    st.queue.get_nowait()
+                st.overflowed = False
+                await self._caught_up()
+                if last < mark:
+                    entries = (
+                        await self.log.read(
+                            sub_id, head, last, keep=self.retention_max, now=self.clock()
+                        )
+                        if head
+                        else []
+                    )
+                    for e in entries:
+                        if e.sequence > mark:
+                            break
+                        if e.sequence > last + 1:
+                            yield self._gap(sub_id, last + 1, e.sequence - 1)
+                        yield to_proto_delivery(
+                            sub_id, e.sequence, _SIGN[e.kind], to_message(e), time=e.time
+                        )
+                        last = e.sequence
+                    if last < mark:
+                        yield self._gap(sub_id, last + 1, mark)
+                        last = mark
                 while not st.overflowed:
                     x = await st.queue.get()
                     if x.sequence <= last:
                         continue
+                    if x.sequence > last + 1:
+                        yield self._gap(sub_id, last + 1, x.sequence - 1)
                     yield x
                     last = x.sequence
-                # the buffer filled up: drop it and catch up from the log
-                while not st.queue.empty():
-                    st.queue.get_nowait()
-                st.overflowed = False
         finally:
             self.streams[sub_id].discard(st)
             if not self.streams[sub_id]:
                 del self.streams[sub_id]
-                self.slots.set_followed(sub_id, False)
+                tab.set_followed(sub_id, False)

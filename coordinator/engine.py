@@ -36,9 +36,10 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+from coordinator.rounds import Round
 from coordinator.slots import Slots
 from shard.applus.tree import recentre
 from shard.errors import NotFoundError, OverloadedError, UnavailableError, ValidationError
@@ -96,31 +97,6 @@ class _Sent:
     ks: list[int]
     now: float
     results: asyncio.Future
-
-
-@dataclass(slots=True)
-class Round:
-    """What a round produced: its deliveries in order, before they get sequence numbers, as
-    columns (delivery i goes to the subscription in slot ``subs[i]`` (``coordinator.slots``),
-    ``kinds[i]`` 0 ADD / 1 REMOVE, ``msgs[i]``), the serialized Message of every message ADDed
-    (``payloads``), ``spans``: each operation with the index range of its deliveries, and the
-    subscriptions the round removed (their slots are given back once it is delivered)."""
-
-    now: float
-    subs: list[int] = field(default_factory=list)
-    kinds: list[int] = field(default_factory=list)
-    msgs: list[str] = field(default_factory=list)
-    payloads: dict[str, bytes] = field(default_factory=dict)
-    spans: list[tuple[Op, int, int]] = field(default_factory=list)
-    removed: list[str] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.subs)
-
-    def add(self, slot: int, kind: int, msg_id: str) -> None:
-        self.subs.append(slot)
-        self.kinds.append(kind)
-        self.msgs.append(msg_id)
 
 
 def _fail(fut: asyncio.Future, err: Exception) -> None:
@@ -451,11 +427,8 @@ class Engine:
                     if not op.future.done():
                         _fail(op.future, part)
                 elif part:
-                    mid = op.arg.id
-                    rnd.subs.extend(reached[k][i])
-                    rnd.kinds.extend([0] * part)
-                    rnd.msgs.extend([mid] * part)
-                    rnd.payloads[mid] = op.payload
+                    rnd.extend_adds(reached[k][i], op.arg.id)
+                    rnd.payloads[op.arg.id] = op.payload
                 rnd.spans.append((op, start, len(rnd.subs)))
                 continue
             parts = [by_shard[k][1][i] for k, i in places]

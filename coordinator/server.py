@@ -25,9 +25,11 @@ from coordinator.convert import (
     from_proto_subscription,
     to_proto_subscription,
 )
+from coordinator.dedupe import Dedupe
 from coordinator.deliveries import Deliveries
 from coordinator.engine import Engine, ShardHandle
 from coordinator.metadata import Metadata
+from coordinator.retention import RoundLog
 from coordinator.settings import Settings
 from coordinator.slots import Slots
 from coordinator.status import grpc_errors
@@ -65,13 +67,19 @@ class Coordinator:
         self.md = Metadata(settings.redis_url, settings.namespace)
         self.slots = Slots()
         """The subscriptions' slots, shared by every engine (over reloads) and the deliveries."""
+        self.log = RoundLog(
+            self.md, retention_s=settings.retention_s, max_bytes=settings.log_max_mb << 20
+        )
+        self.dedupe = Dedupe()
+        self._recovered = False
         self.deliveries = Deliveries(
-            self.md,
+            self.log,
             retention_max=settings.retention_max,
             retention_s=settings.retention_s,
             stream_buffer=settings.stream_buffer,
             clock=clock,
             slots=self.slots,
+            dedupe=self.dedupe,
         )
         self.engine: Engine | None = None
         self.started = clock()
@@ -115,7 +123,17 @@ class Coordinator:
             on_failure=self._engine_failed,
         )
         per = self.engine.restore(subs)
-        self.deliveries.prime((s.id for s in subs), await self.md.logged_sequences())
+        if not self._recovered:  # numbering, log chains and published ids from the log
+            got = await self.log.recover()
+            self.slots.restore(got.heads, got.leases)
+            self.dedupe.restore(got.published)
+            self._recovered = True
+            log.info(
+                "retention log: %d rounds (%d bytes), %d subscriptions with records",
+                len(got.rounds),
+                self.log.bytes,
+                len(got.heads),
+            )
         now = self.clock()
         await asyncio.gather(
             *(self.engine.load_shard(k, per.get(k, []), now) for k in range(s.shards))
@@ -283,21 +301,41 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
         ]
         if batch:
             _check_batch_ids(msgs)
+        # a client-given id published before (in the log) or on its way: not again (a retry)
+        dedupe = self.app.dedupe
+        given = [bool(mp.id) for mp in protos]
+        seen = [dedupe.lookup(m.id) if g else None for m, g in zip(msgs, given, strict=True)]
+        new = [i for i, x in enumerate(seen) if x is None]
         now = self.app.clock()
         payloads = []
-        for m, mp in zip(msgs, protos, strict=True):  # the request's own messages, stamped
-            mp.id = m.id
+        for i in new:  # the request's own messages, stamped
+            mp = protos[i]
+            mp.id = msgs[i].id
             mp.time = now
             payloads.append(mp.SerializeToString())
-        futs = self.engine.publish_many(msgs, payloads, fields)
-        return [m.id for m in msgs], futs, batch
+        futs = (
+            self.engine.publish_many([msgs[i] for i in new], payloads, [fields[i] for i in new])
+            if new
+            else []
+        )
+        out: list = list(seen)
+        for i, fut in zip(new, futs, strict=True):
+            out[i] = fut
+            if given[i]:
+                dedupe.begin(msgs[i].id, fut)
+        return [m.id for m in msgs], out, batch
 
     async def _published(self, submitted, context) -> pb.PublishResponse:
         ids, futs, batch = submitted
         limit = self.app.settings.deadline_s
-        # rounds finish in order: once the last message is answered, so is every other
-        await _within(futs[-1], context, limit)
-        matches = [await _within(f, context, limit) for f in futs]
+        # rounds finish in order: once the last message is answered, so is every other (a
+        # duplicate is answered by its first publish, or was already: an int)
+        pending = [f for f in futs if isinstance(f, asyncio.Future)]
+        if pending:
+            await _within(pending[-1], context, limit)
+        matches = [
+            await _within(f, context, limit) if isinstance(f, asyncio.Future) else f for f in futs
+        ]
         if not batch:
             return pb.PublishResponse(id=ids[0], matched=matches[0])
         return pb.PublishResponse(matched=sum(matches), ids=ids, matches=matches)
@@ -377,7 +415,10 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
             rounds=eng.stats["rounds"],
             rejected_overload=eng.stats["rejected_overload"],
             shard_failures=eng.stats["shard_failures"],
-            unlogged_deliveries=self.app.deliveries.unlogged,
+            gaps=self.app.deliveries.gaps,
+            log_write_failures=self.app.deliveries.log_failures,
+            log_rounds=len(self.app.log.kept),
+            log_bytes=self.app.log.bytes,
         )
 
 

@@ -46,6 +46,9 @@ class Settings:
     """Deliveries kept per subscription in the Redis retention log."""
     retention_s: float = 3600.0
     """...and for at most this many seconds."""
+    log_max_mb: int = 1024
+    """The retention log's size in Redis: past it the oldest rounds are dropped (a resume from
+    before them gets a GAP). Keep it well below Redis's ``maxmemory``."""
     stream_buffer: int = 10_000
     """Deliveries buffered per open result stream; past it the stream falls back to the log."""
     shard_max_restarts: int = 3
@@ -64,6 +67,7 @@ class Settings:
         _check(self.queue_max >= 1, "queue_max", self.queue_max, ">= 1")
         _check(self.retention_max >= 1, "retention_max", self.retention_max, ">= 1")
         _check(self.retention_s > 0, "retention_s", self.retention_s, "> 0")
+        _check(self.log_max_mb >= 1, "log_max_mb", self.log_max_mb, ">= 1")
         _check(self.stream_buffer >= 1, "stream_buffer", self.stream_buffer, ">= 1")
         _check(
             self.shard_max_restarts >= -1, "shard_max_restarts", self.shard_max_restarts, ">= -1"

@@ -85,9 +85,21 @@ class Delivery:
     text: str = ""
     location: tuple[float, ...] | None = None
     time: float = 0.0
+    gap_from: int = 0
+    """For ``kind == "gap"``: the deliveries ``gap_from`` .. ``sequence`` cannot be served (not
+    retained, or never logged): the server says so instead of skipping them."""
 
     @classmethod
     def from_proto(cls, delivery: pb.Delivery) -> Delivery:
+        if delivery.kind == pb.Delivery.GAP:
+            return cls(
+                delivery.subscription_id,
+                delivery.sequence,
+                "gap",
+                "",
+                time=delivery.time,
+                gap_from=delivery.gap_from,
+            )
         sid, sign, mid = from_proto_delivery(delivery)
         msg = delivery.message
         where = msg.WhichOneof("location")
@@ -116,7 +128,11 @@ class Delivery:
         '+ s1 m7 ipad,sale @13.4,52.5'
         >>> str(Delivery("s1", 4, "-", "m7"))
         '- s1 m7'
+        >>> str(Delivery("s1", 1025, "gap", "", gap_from=5))
+        'gap s1 #5..#1025'
         """
+        if self.kind == "gap":
+            return f"gap {self.subscription_id} #{self.gap_from}..#{self.sequence}"
         parts = [self.kind, self.subscription_id, self.message_id]
         if self.keywords or self.text:
             parts.append(",".join(self.keywords) if self.keywords else repr(self.text))
@@ -310,7 +326,8 @@ class GeoPubSubClient:
 
         When the connection drops (a status in ``RESUME_CODES``, or the server ending the stream),
         it reconnects with backoff and resumes after the last sequence it yielded, so the caller
-        sees no duplicate and, within the server's retention window, misses nothing. It gives up,
+        sees no duplicate and, within the server's retention window, misses nothing; what the
+        server cannot serve comes as a ``Delivery`` of kind ``"gap"`` naming the range. It gives up,
         re-raising, after ``resume_timeout_s`` without receiving anything; ``resume=False`` raises
         at once.
         """
@@ -383,7 +400,9 @@ def describe_stats(stats: pb.Stats) -> list[str]:
         f"dropped deliveries {stats.dropped_deliveries}, uptime {stats.uptime_s:.1f} s",
         f"moves {stats.moves}, rounds {stats.rounds}, rejected (overload) "
         f"{stats.rejected_overload}, shard failures {stats.shard_failures}, "
-        f"unlogged deliveries {stats.unlogged_deliveries}",
+        f"gaps {stats.gaps}",
+        f"log {stats.log_rounds} rounds, {stats.log_bytes / 1e6:.1f} MB, "
+        f"write failures {stats.log_write_failures}",
     ]
     lines += [
         f"shard {s.shard}: {s.subscriptions} subscriptions, {s.live_messages} live messages"

@@ -300,6 +300,8 @@ class ResultStream:
         self.keep = keep
         self.on_delivery = on_delivery
         self.deliveries: list[Received] = []
+        self.gaps: list[tuple[int, int]] = []
+        """Ranges the server said it cannot serve (GAP deliveries): lost to this stream."""
         self.count = 0
         self.last_sequence = 0
         self.last_received = 0.0
@@ -312,6 +314,10 @@ class ResultStream:
         try:
             async for d in call:
                 now = time.time()
+                if d.kind == pb.Delivery.GAP:
+                    self.gaps.append((d.gap_from, d.sequence))
+                    self.last_sequence = d.sequence
+                    continue
                 msg = d.message
                 r = Received(d.sequence, _SIGN[d.kind], msg.id, d.time, msg.time, now)
                 self.count += 1

@@ -103,7 +103,7 @@ def test_oneofs_kinds_and_repeated_fields():
     msg = pb.DESCRIPTOR.message_types_by_name["Message"]
     assert [f.name for f in sub.oneofs_by_name["region"].fields] == ["rect", "circle"]
     assert [f.name for f in msg.oneofs_by_name["location"].fields] == ["point", "rect"]
-    assert pb.Delivery.Kind.items() == [("ADD", 0), ("REMOVE", 1)]
+    assert pb.Delivery.Kind.items() == [("ADD", 0), ("REMOVE", 1), ("GAP", 2)]
     repeated = {
         (m, f.name)
         for m in ("Subscription", "Message", "UpdateLocationResponse", "Stats")

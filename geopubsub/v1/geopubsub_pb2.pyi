@@ -74,24 +74,28 @@ class Message(_message.Message):
     def __init__(self, id: _Optional[str] = ..., keywords: _Optional[_Iterable[str]] = ..., text: _Optional[str] = ..., point: _Optional[_Union[Point, _Mapping]] = ..., rect: _Optional[_Union[Rect, _Mapping]] = ..., ttl_s: _Optional[float] = ..., time: _Optional[float] = ...) -> None: ...
 
 class Delivery(_message.Message):
-    __slots__ = ("subscription_id", "sequence", "kind", "message", "time")
+    __slots__ = ("subscription_id", "sequence", "kind", "message", "time", "gap_from")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         ADD: _ClassVar[Delivery.Kind]
         REMOVE: _ClassVar[Delivery.Kind]
+        GAP: _ClassVar[Delivery.Kind]
     ADD: Delivery.Kind
     REMOVE: Delivery.Kind
+    GAP: Delivery.Kind
     SUBSCRIPTION_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
+    GAP_FROM_FIELD_NUMBER: _ClassVar[int]
     subscription_id: str
     sequence: int
     kind: Delivery.Kind
     message: Message
     time: float
-    def __init__(self, subscription_id: _Optional[str] = ..., sequence: _Optional[int] = ..., kind: _Optional[_Union[Delivery.Kind, str]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., time: _Optional[float] = ...) -> None: ...
+    gap_from: int
+    def __init__(self, subscription_id: _Optional[str] = ..., sequence: _Optional[int] = ..., kind: _Optional[_Union[Delivery.Kind, str]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., time: _Optional[float] = ..., gap_from: _Optional[int] = ...) -> None: ...
 
 class SubscribeRequest(_message.Message):
     __slots__ = ("subscription",)
@@ -198,7 +202,7 @@ class ShardStats(_message.Message):
     def __init__(self, shard: _Optional[int] = ..., subscriptions: _Optional[int] = ..., live_messages: _Optional[int] = ...) -> None: ...
 
 class Stats(_message.Message):
-    __slots__ = ("subscriptions", "moving_subscriptions", "live_messages", "published", "deliveries", "dropped_deliveries", "shards", "uptime_s", "moves", "rounds", "rejected_overload", "shard_failures", "unlogged_deliveries")
+    __slots__ = ("subscriptions", "moving_subscriptions", "live_messages", "published", "deliveries", "dropped_deliveries", "shards", "uptime_s", "moves", "rounds", "rejected_overload", "shard_failures", "unlogged_deliveries", "gaps", "log_write_failures", "log_rounds", "log_bytes")
     SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
     MOVING_SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
     LIVE_MESSAGES_FIELD_NUMBER: _ClassVar[int]
@@ -212,6 +216,10 @@ class Stats(_message.Message):
     REJECTED_OVERLOAD_FIELD_NUMBER: _ClassVar[int]
     SHARD_FAILURES_FIELD_NUMBER: _ClassVar[int]
     UNLOGGED_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    GAPS_FIELD_NUMBER: _ClassVar[int]
+    LOG_WRITE_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    LOG_ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    LOG_BYTES_FIELD_NUMBER: _ClassVar[int]
     subscriptions: int
     moving_subscriptions: int
     live_messages: int
@@ -225,4 +233,8 @@ class Stats(_message.Message):
     rejected_overload: int
     shard_failures: int
     unlogged_deliveries: int
-    def __init__(self, subscriptions: _Optional[int] = ..., moving_subscriptions: _Optional[int] = ..., live_messages: _Optional[int] = ..., published: _Optional[int] = ..., deliveries: _Optional[int] = ..., dropped_deliveries: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ShardStats, _Mapping]]] = ..., uptime_s: _Optional[float] = ..., moves: _Optional[int] = ..., rounds: _Optional[int] = ..., rejected_overload: _Optional[int] = ..., shard_failures: _Optional[int] = ..., unlogged_deliveries: _Optional[int] = ...) -> None: ...
+    gaps: int
+    log_write_failures: int
+    log_rounds: int
+    log_bytes: int
+    def __init__(self, subscriptions: _Optional[int] = ..., moving_subscriptions: _Optional[int] = ..., live_messages: _Optional[int] = ..., published: _Optional[int] = ..., deliveries: _Optional[int] = ..., dropped_deliveries: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ShardStats, _Mapping]]] = ..., uptime_s: _Optional[float] = ..., moves: _Optional[int] = ..., rounds: _Optional[int] = ..., rejected_overload: _Optional[int] = ..., shard_failures: _Optional[int] = ..., unlogged_deliveries: _Optional[int] = ..., gaps: _Optional[int] = ..., log_write_failures: _Optional[int] = ..., log_rounds: _Optional[int] = ..., log_bytes: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,381 @@
+"""The retention log: each round's durable deliveries as one blob in Redis, read back per
+subscription by following the chain its records form through the blobs.
+
+A round is written with one script call (``APPEND_SCRIPT``) before any of its deliveries is
+answered or streamed, so a delivery that was acknowledged is in Redis. Redis does no work per
+delivery: one SET of one blob a round (a Redis stream per subscription capped the cluster at
+~6,000 msgs/s, one XADD per delivery; docs/BENCHMARKS.md). Each subscription's record in a round
+names the round of its previous record (``prev``), and the coordinator keeps the round of every
+subscription's newest record (``Slots.head``); ``WALK_SCRIPT`` follows that chain inside Redis,
+newest first, to the sequence a stream resumes after.
+
+Keys (``{ns}`` is ``Settings.namespace``)::
+
+    {ns}:round:{n}   string  round n's blob (below); expires (1 + EXPIRE_SLACK) x retention_s
+                             after it is written, and is deleted earlier once the log is over
+                             its size budget (oldest first)
+    {ns}:round_hi    string  the last round number written (round numbers keep increasing)
+    {ns}:lease       hash    subscription id -> the highest sequence number an ephemeral
+                             subscription may have been given (``Deliveries`` extends it before
+                             going past it; a restart continues from it)
+
+A blob (little-endian): ``HEAD`` ``<4sQdIIIIII``: magic, round, time, subscriptions, deliveries,
+messages, DIR length, published ids, PUB length; ``DIR``: "\\n" id "\\n" id ... "\\n" (ids are
+printable, so "\\n" id "\\n" finds exactly one); ``DOFF`` u32 per subscription: offset of its
+"\\n" in DIR; ``SREC`` per subscription ``<QQII``: prev round (0: none), first sequence, count,
+index of its first delivery; ``KIND`` u8 and ``MIDX`` u32 per delivery (grouped by
+subscription); ``MOFF`` u32 x (messages + 1); ``MSGS`` per message ``<H`` id length, id, then
+its payload (a serialized Message; empty for a message only REMOVEd); ``PUB``: the client-given
+ids of the round's publishes, "\\n"-joined, and ``PUBN`` u32 matched per id (``Dedupe``).
+"""
+
+from __future__ import annotations
+
+import collections
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from coordinator.metadata import Metadata
+from coordinator.rounds import REMOVE
+from geopubsub.v1 import geopubsub_pb2 as pb
+
+MAGIC = b"GPR1"
+HEAD = struct.Struct("<4sQdIIIIII")
+SREC = np.dtype([("prev", "<u8"), ("first", "<u8"), ("count", "<u4"), ("start", "<u4")])
+EXPIRE_SLACK = 0.25
+"""A blob expires this share of ``retention_s`` after a read would skip it as too old."""
+WALK_HOPS = 512
+"""Records one ``WALK_SCRIPT`` call follows (Redis runs one script at a time: a deep resume is
+served in several calls)."""
+SCAN_BATCH = 256
+"""Blobs fetched per pipeline when the log is read at start."""
+
+APPEND_SCRIPT = b"""
+local n = ARGV[1]
+redis.call('SET', ARGV[2] .. n, ARGV[3], 'EX', ARGV[4])
+redis.call('SET', ARGV[5], n)
+local nl = tonumber(ARGV[7])
+local i = 8
+if nl > 0 then
+  redis.call('HSET', ARGV[6], unpack(ARGV, i, i + 2 * nl - 1))
+end
+i = i + 2 * nl
+while i <= #ARGV do
+  redis.call('DEL', ARGV[2] .. ARGV[i])
+  i = i + 1
+end
+return 1
+"""
+"""ARGV: round, blob prefix, blob, ttl, round_hi key, lease key, leases (count, then id, lease
+pairs), then the rounds to delete (trimmed)."""
+
+WALK_SCRIPT = b"""
+local prefix, pat = ARGV[1], '\\n' .. ARGV[2] .. '\\n'
+local round, after = tonumber(ARGV[3]), tonumber(ARGV[4])
+local room, hops, oldest = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local out = {0, 0}
+while true do
+  if round == 0 then out[2] = 0; break end
+  if hops == 0 then out[2] = 1; break end
+  hops = hops - 1
+  local b = redis.call('GET', prefix .. round)
+  if not b then out[2] = 2; break end
+  local _, _, t, nsubs, ndel, nmsg, dirlen = struct.unpack('<c4I8dI4I4I4I4', b)
+  if t < oldest then out[2] = 3; break end
+  local dir0 = 45
+  local dirend = dir0 + dirlen
+  local p = string.find(b, pat, dir0, true)
+  if (not p) or p + #pat > dirend then out[2] = 5; break end
+  local rel = p - dir0
+  local lo, hi = 0, nsubs - 1
+  while lo < hi do
+    local mid = math.floor((lo + hi + 1) / 2)
+    if struct.unpack('<I4', b, dirend + 4 * mid) <= rel then lo = mid else hi = mid - 1 end
+  end
+  local srec = dirend + 4 * nsubs
+  local prev, first, count, start = struct.unpack('<I8I8I4I4', b, srec + 24 * lo)
+  local kbase = srec + 24 * nsubs
+  local mbase = kbase + ndel
+  local obase = mbase + 4 * ndel
+  local msg0 = obase + 4 * (nmsg + 1)
+  local parts = {struct.pack('<dI8I4', t, first, count), string.sub(b, kbase + start, kbase + start + count - 1)}
+  for j = 0, count - 1 do
+    local m = struct.unpack('<I4', b, mbase + 4 * (start + j))
+    local a, z = struct.unpack('<I4I4', b, obase + 4 * m)
+    parts[#parts + 1] = struct.pack('<I4', z - a) .. string.sub(b, msg0 + a, msg0 + z - 1)
+  end
+  out[#out + 1] = table.concat(parts)
+  room = room - count
+  if first <= after + 1 then round = 0; out[2] = 0; break end
+  round = prev
+  if room <= 0 then out[2] = 4; break end
+end
+out[1] = round
+return out
+"""
+"""ARGV: blob prefix, subscription id, newest round, after, deliveries wanted at most, records
+at most, oldest time kept. Returns {next round, why it stopped, records newest first}: why is 0
+(reached ``after`` or the chain's start), 1 (record limit: call again from next round), 2 (next
+round is gone: trimmed or expired), 3 (too old), 4 (enough deliveries), 5 (the subscription is
+not in next round: cannot happen short of a corrupt log). A record: ``<dQI`` time, first
+sequence, count; the kinds; per delivery ``<I`` length and the message (``<H`` id length, id,
+payload)."""
+REACHED, MORE, GONE, OLD, FULL, CORRUPT = range(6)
+
+
+@dataclass(slots=True)
+class Entry:
+    """One delivery read from the log."""
+
+    sequence: int
+    kind: int
+    msg_id: str
+    payload: bytes
+    time: float
+
+
+@dataclass(slots=True)
+class Recovered:
+    """What the log held at start: each subscription's newest (round, sequence), the leases,
+    the rounds kept (for the size budget) and the client-given message ids published."""
+
+    heads: dict[str, tuple[int, int]] = field(default_factory=dict)
+    leases: dict[str, int] = field(default_factory=dict)
+    rounds: list[tuple[int, float, int, list[str]]] = field(default_factory=list)
+    published: dict[str, int] = field(default_factory=dict)
+    last_round: int = 0
+
+
+def encode_round(
+    n: int,
+    t: float,
+    ids: Sequence[bytes],
+    recs: np.ndarray,
+    kinds: np.ndarray,
+    midx: np.ndarray,
+    msgs: Sequence[bytes],
+    pub_ids: Sequence[str] = (),
+    pub_matched: Sequence[int] = (),
+) -> bytes:
+    """Round ``n``'s blob. ``ids[i]`` (encoded) has record ``recs[i]`` (``SREC``) and the
+    deliveries ``recs[i].start`` .. ``+ count`` of ``kinds`` / ``midx``; ``msgs[k]`` is message
+    k's ``<H`` id length, id and payload (``message_record``).
+
+    >>> recs = np.zeros(1, SREC); recs["first"] = 4; recs["count"] = 1
+    >>> b = encode_round(7, 1.5, [b"s"], recs, np.zeros(1, np.uint8), np.zeros(1, np.uint32),
+    ...                  [message_record("m", b"")])
+    >>> decode_round(b).heads
+    {'s': (7, 4)}
+    """
+    dir_ = b"\n" + b"\n".join(ids) + b"\n"
+    lens = np.fromiter(map(len, ids), np.uint32, count=len(ids)) + 1
+    doff = np.zeros(len(ids), "<u4")
+    np.cumsum(lens[:-1], out=doff[1:])
+    moff = np.zeros(len(msgs) + 1, "<u4")
+    np.cumsum(np.fromiter(map(len, msgs), np.uint32, count=len(msgs)), out=moff[1:])
+    pub = "\n".join(pub_ids).encode()
+    return b"".join(
+        (
+            HEAD.pack(
+                MAGIC, n, t, len(ids), len(kinds), len(msgs), len(dir_), len(pub_ids), len(pub)
+            ),
+            dir_,
+            doff.tobytes(),
+            recs.astype(SREC, copy=False).tobytes(),
+            kinds.astype(np.uint8, copy=False).tobytes(),
+            midx.astype("<u4", copy=False).tobytes(),
+            moff.tobytes(),
+            *msgs,
+            pub,
+            np.asarray(pub_matched, "<u4").tobytes(),
+        )
+    )
+
+
+def message_record(msg_id: str, payload: bytes) -> bytes:
+    """A message as a blob's MSGS holds it."""
+    b = msg_id.encode()
+    return struct.pack("<H", len(b)) + b + payload
+
+
+@dataclass(slots=True)
+class Decoded:
+    n: int
+    time: float
+    heads: dict[str, tuple[int, int]]
+    """Each subscription's (round, last sequence) in this round."""
+    published: dict[str, int]
+
+
+def decode_round(blob: bytes) -> Decoded:
+    """The parts of a blob that recovery needs (``RoundLog.recover``)."""
+    magic, n, t, nsubs, ndel, _, dirlen, npub, publen = HEAD.unpack_from(blob)
+    if magic != MAGIC:
+        raise ValueError(f"not a round blob (magic {magic!r})")
+    at = HEAD.size
+    ids = blob[at + 1 : at + dirlen - 1].decode().split("\n") if nsubs else []
+    at += dirlen + 4 * nsubs
+    recs = np.frombuffer(blob, SREC, nsubs, at)
+    last = (recs["first"] + recs["count"] - 1).tolist()
+    heads = {sid: (n, q) for sid, q in zip(ids, last, strict=True)}
+    published: dict[str, int] = {}
+    if npub:
+        pub = blob[len(blob) - publen - 4 * npub : len(blob) - 4 * npub]
+        matched = np.frombuffer(blob, "<u4", npub, len(blob) - 4 * npub).tolist()
+        published = dict(zip(pub.decode().split("\n"), matched, strict=True))
+    return Decoded(n, t, heads, published)
+
+
+def parse_record(rec: bytes) -> list[Entry]:
+    """The deliveries of one ``WALK_SCRIPT`` record, in sequence order."""
+    t, first, count = struct.unpack_from("<dQI", rec)
+    kinds = rec[20 : 20 + count]
+    at = 20 + count
+    out = []
+    for j in range(count):
+        (size,) = struct.unpack_from("<I", rec, at)
+        (idlen,) = struct.unpack_from("<H", rec, at + 4)
+        mid = rec[at + 6 : at + 6 + idlen].decode()
+        payload = rec[at + 6 + idlen : at + 4 + size]
+        at += 4 + size
+        out.append(Entry(first + j, kinds[j], mid, payload, t))
+    return out
+
+
+def to_message(e: Entry) -> pb.Message:
+    """The Message a logged delivery carries (a REMOVE, or a message stored without payload:
+    its id alone)."""
+    if e.kind == REMOVE or not e.payload:
+        return pb.Message(id=e.msg_id)
+    return pb.Message.FromString(e.payload)
+
+
+class RoundLog:
+    """The Redis side of the retention log: append a round, read a subscription's records,
+    recover at start, keep the log within its time and size budgets."""
+
+    def __init__(self, md: Metadata, *, retention_s: float, max_bytes: int) -> None:
+        self.md = md
+        self.retention_s = retention_s
+        self.max_bytes = max_bytes
+        self.prefix = md.key("round", "").encode()
+        self.hi_key = md.key("round_hi").encode()
+        self.lease_key = md.key("lease").encode()
+        self.last_round = 0
+        """The last round number given out (``next_round``)."""
+        self.kept: collections.deque[tuple[int, float, int, list[str]]] = collections.deque()
+        """Rounds in the log, oldest first: (round, time, bytes, client ids published)."""
+        self.bytes = 0
+
+    def next_round(self) -> int:
+        self.last_round += 1
+        return self.last_round
+
+    async def append(
+        self,
+        n: int,
+        t: float,
+        blob: bytes,
+        pub_ids: list[str],
+        leases: Sequence[tuple[bytes, int]],
+    ) -> list[str]:
+        """Write round ``n`` (and ``leases``: (id, highest sequence) of ephemeral
+        subscriptions), deleting the oldest rounds past the budgets in the same call. Returns
+        the client ids of the rounds dropped (their duplicates are no longer detected)."""
+        self.kept.append((n, t, len(blob), pub_ids))
+        self.bytes += len(blob)
+        drop: list[tuple[int, float, int, list[str]]] = []
+        oldest = t - self.retention_s
+        while len(self.kept) > 1 and (self.bytes > self.max_bytes or self.kept[0][1] < oldest):
+            old = self.kept.popleft()
+            self.bytes -= old[2]
+            drop.append(old)
+        ttl = b"%d" % max(1, int(self.retention_s * (1 + EXPIRE_SLACK)))
+        args = [b"%d" % n, self.prefix, blob, ttl, self.hi_key, self.lease_key, b"%d" % len(leases)]
+        for sid, q in leases:
+            args += (sid, b"%d" % q)
+        args += [b"%d" % d[0] for d in drop]
+        try:
+            await self.md.eval_packed(APPEND_SCRIPT, args)
+        except BaseException:
+            # not written: the caller retries this round; the dropped ones are dropped again
+            self.kept.pop()
+            self.bytes -= len(blob)
+            for old in reversed(drop):
+                self.kept.appendleft(old)
+                self.bytes += old[2]
+            raise
+        return [i for d in drop for i in d[3]]
+
+    async def write_leases(self, leases: Sequence[tuple[bytes, int]]) -> None:
+        """Set ephemeral subscriptions' leases (at a clean stop: to their exact sequences)."""
+        await self.md.hset_pairs(self.lease_key, leases)
+
+    async def read(
+        self, sub_id: str, head: int, after: int, *, keep: int, now: float
+    ) -> list[Entry]:
+        """The logged deliveries of ``sub_id`` with sequence > ``after``, oldest first, from
+        its chain ending in round ``head``: at most the newest ``keep``, none older than
+        ``retention_s``. What is missing before them the caller reports as a gap."""
+        records: list[bytes] = []
+        got = 0
+        round_ = head
+        oldest = repr(now - self.retention_s).encode()
+        sid = sub_id.encode()
+        while True:
+            nxt, why, *recs = await self.md.eval_packed(
+                WALK_SCRIPT,
+                [
+                    self.prefix,
+                    sid,
+                    b"%d" % round_,
+                    b"%d" % after,
+                    b"%d" % (keep - got),
+                    b"%d" % WALK_HOPS,
+                    oldest,
+                ],
+            )
+            records += recs
+            got += sum(struct.unpack_from("<dQI", r)[2] for r in recs)
+            if why != MORE:
+                break
+            round_ = int(nxt)
+        out = [e for r in reversed(records) for e in parse_record(r) if e.sequence > after]
+        return out[-keep:] if len(out) > keep else out
+
+    async def recover(self) -> Recovered:
+        """Read the log back at start: from the last round written down to the first one gone
+        (blobs expire and are trimmed oldest first)."""
+        got = Recovered()
+        raw = await self.md.get(self.hi_key)
+        hi = int(raw) if raw else 0
+        got.last_round = hi
+        n = hi
+        while n > 0:
+            ns = list(range(n, max(0, n - SCAN_BATCH), -1))
+            blobs = await self.md.get_many([self.prefix + b"%d" % k for k in ns])
+            stop = False
+            for blob in blobs:
+                if blob is None:
+                    stop = True
+                    break
+                d = decode_round(blob)
+                for sid, head in d.heads.items():
+                    got.heads.setdefault(sid, head)
+                for mid, matched in d.published.items():
+                    got.published.setdefault(mid, matched)
+                got.rounds.append((d.n, d.time, len(blob), list(d.published)))
+            if stop:
+                break
+            n -= len(ns)
+        got.rounds.reverse()
+        got.leases = {
+            k.decode(): int(v) for k, v in (await self.md.hgetall(self.lease_key)).items()
+        }
+        self.last_round = hi
+        self.kept = collections.deque(got.rounds)
+        self.bytes = sum(r[2] for r in got.rounds)
+        return got

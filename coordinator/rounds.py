@@ -1,0 +1,60 @@
+"""What one round produced, as the engine hands it to the delivery stage.
+
+A round's deliveries are columns, before they get sequence numbers: delivery ``i`` goes to the
+subscription in slot ``subs[i]`` (``coordinator.slots``), is an ADD (``kinds[i] == 0``) or a
+REMOVE (1) of message ``mids[midx[i]]``. ``mids`` lists each message of the round once, so the
+retention log and the streams refer to a message by a small integer, and ``payloads`` holds the
+serialized Message of every message ADDed. ``spans`` pairs each operation with the index range
+of its deliveries; ``removed`` lists the subscriptions the round removed (their slots are given
+back once it is delivered).
+
+>>> r = Round(1.0)
+>>> r.add(3, 0, "m"); r.add(4, 1, "n"); r.add(5, 0, "m")
+>>> r.mids, r.midx, len(r)
+(['m', 'n'], [0, 1, 0], 3)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+ADD, REMOVE = 0, 1
+"""``Round.kinds``: the sign of a delivery (``pb.Delivery.ADD`` / ``REMOVE`` have these values)."""
+
+
+@dataclass(slots=True)
+class Round:
+    now: float
+    subs: list[int] = field(default_factory=list)
+    kinds: list[int] = field(default_factory=list)
+    midx: list[int] = field(default_factory=list)
+    mids: list[str] = field(default_factory=list)
+    payloads: dict[str, bytes] = field(default_factory=dict)
+    spans: list[tuple[Any, int, int]] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    _index: dict[str, int] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.subs)
+
+    def message(self, msg_id: str) -> int:
+        """The index of ``msg_id`` in ``mids``, added if new."""
+        k = self._index.get(msg_id)
+        if k is None:
+            k = self._index[msg_id] = len(self.mids)
+            self.mids.append(msg_id)
+        return k
+
+    def add(self, slot: int, kind: int, msg_id: str) -> None:
+        self.subs.append(slot)
+        self.kinds.append(kind)
+        self.midx.append(self.message(msg_id))
+
+    def extend_adds(self, slots: list[int], msg_id: str) -> None:
+        """ADDs of one message to ``slots`` (a publish's deliveries)."""
+        k = self.message(msg_id)
+        n = len(slots)
+        self.subs.extend(slots)
+        self.kinds.extend([ADD] * n)
+        self.midx.extend([k] * n)

@@ -1,0 +1,333 @@
+"""The retention log (``coordinator.retention``) against a real redis-server, and what it promises
+through the coordinator (in-process shards): acknowledged deliveries are in Redis, numbering
+never repeats across restarts (ephemeral subscriptions included), what cannot be served comes as
+a GAP, and a publish retried with the same id is not delivered twice."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+
+import grpc
+import numpy as np
+import pytest
+
+import coordinator.retention as retention
+from coordinator.convert import to_proto_message, to_proto_subscription
+from coordinator.metadata import Metadata
+from coordinator.retention import SREC, RoundLog, encode_round, message_record
+from coordinator.server import create_server, stop_server
+from coordinator.settings import Settings
+from coordinator.shards import LocalShard
+from deploy.redis_local import RedisServer
+from geopubsub.v1 import geopubsub_pb2 as pb
+from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
+from shard.model import Message, Point, Rect, Subscription
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory):
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server.url
+    server.stop()
+
+
+def _blob(
+    n: int, t: float, rows: dict[str, tuple[int, int, list[tuple[int, str]]]], pub=()
+) -> bytes:
+    """A round blob from {sub id: (prev round, first sequence, [(kind, message id)])} and the
+    client ids published (each matched once)."""
+    ids, recs, kinds, midx, mids = [], [], [], [], []
+    for sid, (prev, first, ds) in rows.items():
+        ids.append(sid.encode())
+        recs.append((prev, first, len(ds), len(kinds)))
+        for kind, mid in ds:
+            kinds.append(kind)
+            if mid not in mids:
+                mids.append(mid)
+            midx.append(mids.index(mid))
+    msgs = [message_record(m, b"" if m.startswith("r") else m.encode() * 3) for m in mids]
+    return encode_round(
+        n,
+        t,
+        ids,
+        np.array(recs, SREC),
+        np.array(kinds, np.uint8),
+        np.array(midx),
+        msgs,
+        list(pub),
+        [1] * len(pub),
+    )
+
+
+def test_a_chain_of_rounds_reads_back_exactly_from_any_sequence(redis_url, monkeypatch):
+    """Records of two subscriptions interleaved over 40 rounds; reads from every point give
+    exactly the deliveries after it, across several script calls (few records per call)."""
+    monkeypatch.setattr(retention, "WALK_HOPS", 3)
+
+    async def main():
+        md = Metadata(redis_url, uuid.uuid4().hex)
+        log = RoundLog(md, retention_s=3600, max_bytes=1 << 30)
+        head = {"a": 0, "b é*": 0}
+        seq = {"a": 0, "b é*": 0}
+        want: dict[str, list[tuple[int, int, str]]] = {"a": [], "b é*": []}
+        try:
+            for r in range(1, 41):
+                n = log.next_round()
+                rows = {}
+                for sid in ("a", "b é*"):
+                    if (r + len(sid)) % 3:  # not every round has every subscription
+                        ds = [(0, f"m{r}"), (1, f"r{r}")] if r % 2 else [(0, f"m{r}")]
+                        rows[sid] = (head[sid], seq[sid] + 1, ds)
+                        for kind, mid in ds:
+                            seq[sid] += 1
+                            want[sid].append((seq[sid], kind, mid))
+                        head[sid] = n
+                await log.append(n, 100.0 + r, _blob(n, 100.0 + r, rows), [], [])
+            for sid in want:
+                for after in (0, 1, 7, seq[sid] - 1, seq[sid]):
+                    got = await log.read(sid, head[sid], after, keep=10_000, now=200.0)
+                    assert [(e.sequence, e.kind, e.msg_id) for e in got] == [
+                        w for w in want[sid] if w[0] > after
+                    ]
+                    for e in got:
+                        assert e.payload == (b"" if e.kind else e.msg_id.encode() * 3)
+                got = await log.read(sid, head[sid], 0, keep=5, now=200.0)
+                assert [e.sequence for e in got] == list(range(seq[sid] - 4, seq[sid] + 1))
+                # rounds older than retention_s are not served
+                got = await log.read(sid, head[sid], 0, keep=10_000, now=100.0 + 3600 + 30.5)
+                assert got and got[0].time > 130.5
+        finally:
+            await md.close()
+
+    asyncio.run(main())
+
+
+def test_the_log_keeps_its_size_budget_and_recovers_what_it_kept(redis_url):
+    async def main():
+        ns = uuid.uuid4().hex
+        md = Metadata(redis_url, ns)
+        try:
+            log = RoundLog(md, retention_s=3600, max_bytes=2000)
+            head = 0
+            for r in range(1, 61):
+                n = log.next_round()
+                blob = _blob(n, float(r), {"s": (head, r, [(0, f"m{r}")])}, [f"p{r}"])
+                head = n
+                await log.append(n, float(r), blob, [f"p{r}"], [(b"e", r)])
+            assert log.bytes <= 2000
+            kept = [k[0] for k in log.kept]
+            assert kept == list(range(61 - len(kept), 61)) and len(kept) < 60
+            got = await log.read("s", head, 0, keep=10_000, now=61.0)
+            assert [e.sequence for e in got] == kept  # one delivery a round; older ones gone
+            assert await md.get(md.key("round", "1").encode()) is None
+            again = RoundLog(md, retention_s=3600, max_bytes=2000)
+            rec = await again.recover()
+            assert rec.last_round == 60 and again.last_round == 60
+            assert [r[0] for r in rec.rounds] == kept
+            assert rec.heads == {"s": (60, 60)}
+            assert rec.leases == {"e": 60}
+            assert rec.published == {f"p{k}": 1 for k in kept}
+        finally:
+            await md.close()
+
+    asyncio.run(main())
+
+
+# ---- through the coordinator ------------------------------------------------------------------
+def _settings(redis_url: str, ns: str, **kw) -> Settings:
+    return Settings.load(
+        flags={"port": 0, "redis_url": redis_url, "namespace": ns, "shards": 2, **kw}
+    )
+
+
+class Node:
+    """A coordinator with in-process shards and a client stub; ``crash`` stops it the way a
+    killed process would: no final writes, nothing drained."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    async def __aenter__(self):
+        self.server, port, self.app = await create_server(self.settings, lambda k: LocalShard(k))
+        self.target = f"127.0.0.1:{port}"
+        self.channel = grpc.aio.insecure_channel(self.target)
+        self.stub = pb_grpc.GeoPubSubStub(self.channel)
+        self.crashed = False
+        return self
+
+    async def crash(self) -> None:
+        self.crashed = True
+        await self.channel.close()
+        await self.server.stop(None)
+        app = self.app
+        app._persist_task.cancel()
+        app.engine._task.cancel()
+        writer = app.deliveries._writer
+        if writer is not None:
+            writer.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await asyncio.gather(app._persist_task, app.engine._task, return_exceptions=True)
+        await app.md.close()
+
+    async def __aexit__(self, *exc):
+        if not self.crashed:
+            await self.channel.close()
+            await stop_server(self.server, self.app)
+
+
+async def _read(stub, sub_id: str, after: int = 0, quiet_s: float = 0.4) -> list[pb.Delivery]:
+    out = []
+    call = stub.StreamResults(pb.StreamResultsRequest(id=sub_id, after_sequence=after))
+    try:
+        while True:
+            out.append(await asyncio.wait_for(call.read(), quiet_s))
+    except TimeoutError:
+        pass
+    finally:
+        call.cancel()
+    return out
+
+
+def _shape(ds: list[pb.Delivery]) -> list[tuple]:
+    return [
+        ("gap", d.gap_from, d.sequence) if d.kind == pb.Delivery.GAP else (d.sequence, d.message.id)
+        for d in ds
+    ]
+
+
+async def _publish(stub, mid: str, point=(0.5, 0.5)) -> pb.PublishResponse:
+    m = Message(mid, ("x",), Point(*point))
+    return await stub.Publish(pb.PublishRequest(message=to_proto_message(m)))
+
+
+def _sub(sid: str, ephemeral: bool = False) -> pb.SubscribeRequest:
+    s = to_proto_subscription(Subscription(sid, (("x",),), Rect(-1, -1, 1, 1)))
+    s.ephemeral = ephemeral
+    return pb.SubscribeRequest(subscription=s)
+
+
+def test_acknowledged_deliveries_survive_a_crash_and_numbering_goes_on(redis_url):
+    """The coordinator stops without a final write right after its publishes are answered:
+    the durable subscription's deliveries are all there; the ephemeral one's numbering does
+    not start again at 1 (a resume after 3 gets a GAP, never silence)."""
+    ns = uuid.uuid4().hex
+
+    async def main():
+        async with Node(_settings(redis_url, ns)) as a:
+            await a.stub.Subscribe(_sub("d"))
+            await a.stub.Subscribe(_sub("e", ephemeral=True))
+            for i in range(5):
+                assert (await _publish(a.stub, f"m{i}")).matched == 2
+            await a.crash()
+        async with Node(_settings(redis_url, ns)) as b:
+            got = await _read(b.stub, "d")
+            assert _shape(got) == [(i + 1, f"m{i}") for i in range(5)]
+            assert _shape(await _read(b.stub, "d", after=3)) == [(4, "m3"), (5, "m4")]
+            await _publish(b.stub, "n")
+            assert _shape(await _read(b.stub, "d", after=5)) == [(6, "n")]
+            got = _shape(await _read(b.stub, "e", after=3))
+            assert got[0][0] == "gap" and got[0][1] == 4 and got[0][2] > 5  # numbers skipped
+            await _publish(b.stub, "n2")
+            after = got[0][2]
+            # n2 reached "e" while nobody followed it: not retained (ephemeral), so a gap
+            assert _shape(await _read(b.stub, "e", after=after)) == [("gap", after + 1, after + 1)]
+            after += 1
+            call = b.stub.StreamResults(pb.StreamResultsRequest(id="e", after_sequence=after))
+            await asyncio.sleep(0.2)
+            await _publish(b.stub, "n3")
+            d = await asyncio.wait_for(call.read(), 5)
+            call.cancel()
+            assert (d.sequence, d.message.id) == (after + 1, "n3")
+            stats = await b.stub.GetStats(pb.GetStatsRequest())
+            assert stats.gaps >= 1 and stats.log_rounds >= 1
+
+    asyncio.run(main())
+
+
+def test_a_clean_restart_skips_no_number_of_an_ephemeral_subscription(redis_url):
+    ns = uuid.uuid4().hex
+
+    async def main():
+        async with Node(_settings(redis_url, ns)) as a:
+            await a.stub.Subscribe(_sub("e", ephemeral=True))
+            for i in range(3):
+                await _publish(a.stub, f"m{i}")
+        async with Node(_settings(redis_url, ns)) as b:
+            call = b.stub.StreamResults(pb.StreamResultsRequest(id="e", after_sequence=3))
+            await asyncio.sleep(0.2)
+            await _publish(b.stub, "n")
+            d = await asyncio.wait_for(call.read(), 5)
+            call.cancel()
+            assert (d.kind, d.sequence, d.message.id) == (pb.Delivery.ADD, 4, "n")
+
+    asyncio.run(main())
+
+
+def test_a_publish_retried_with_its_id_is_delivered_once(redis_url):
+    """Retrying a publish (same client-given id) answers the first one's matched count and makes
+    no second delivery, within one coordinator, after a crash and inside a batch; a message
+    without an id is new every time."""
+    ns = uuid.uuid4().hex
+
+    async def main():
+        async with Node(_settings(redis_url, ns)) as a:
+            await a.stub.Subscribe(_sub("d"))
+            assert (await _publish(a.stub, "once")).matched == 1
+            assert (await _publish(a.stub, "once")).matched == 1
+            m = Message("stored", ("x",), Point(0.5, 0.5), ttl=60.0)
+            req = pb.PublishRequest(message=to_proto_message(m))
+            assert (await a.stub.Publish(req)).matched == 1
+            assert (await a.stub.Publish(req)).matched == 1  # not "a live message has this id"
+            await a.crash()
+        async with Node(_settings(redis_url, ns)) as b:
+            assert (await _publish(b.stub, "once")).matched == 1
+            batch = [
+                to_proto_message(Message(i, ("x",), Point(0.5, 0.5))) for i in ("once", "fresh")
+            ]
+            r = await b.stub.Publish(pb.PublishRequest(messages=batch))
+            assert list(r.matches) == [1, 1]
+            anon = pb.Message(keywords=["x"], point=pb.Point(lon=0.5, lat=0.5))
+            await b.stub.Publish(pb.PublishRequest(message=anon))
+            await b.stub.Publish(pb.PublishRequest(message=anon))
+            got = _shape(await _read(b.stub, "d"))
+            assert [g[1] for g in got[:3]] == ["once", "stored", "fresh"]
+            assert [g[0] for g in got] == [1, 2, 3, 4, 5]  # and the two anonymous ones
+
+    asyncio.run(main())
+
+
+def test_a_resume_from_before_what_is_retained_starts_with_a_gap(redis_url):
+    async def main():
+        async with Node(_settings(redis_url, uuid.uuid4().hex, retention_max=10)) as a:
+            await a.stub.Subscribe(_sub("k"))
+            for i in range(30):
+                await _publish(a.stub, f"k{i}")
+            got = _shape(await _read(a.stub, "k"))
+            assert got == [("gap", 1, 20)] + [(i + 1, f"k{i}") for i in range(20, 30)]
+            got = _shape(await _read(a.stub, "k", after=25))
+            assert got == [(i + 1, f"k{i}") for i in range(25, 30)]
+
+    asyncio.run(main())
+
+
+def test_the_python_client_surfaces_a_gap(redis_url):
+    from geopubsub.client import GeoPubSubClient
+
+    async def main():
+        async with Node(_settings(redis_url, uuid.uuid4().hex)) as a:
+            await a.stub.Subscribe(_sub("e", ephemeral=True))
+            await _publish(a.stub, "m")
+
+            def first():
+                with GeoPubSubClient(a.target) as c:
+                    return next(iter(c.stream_results("e", resume=False)))
+
+            d = await asyncio.to_thread(first)
+            assert (d.kind, d.gap_from, d.sequence) == ("gap", 1, 1)
+            assert str(d) == "gap e #1..#1"
+
+    asyncio.run(main())
