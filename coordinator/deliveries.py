@@ -39,7 +39,7 @@ from coordinator.retention import SREC, RoundLog, encode_round, message_record, 
 from coordinator.rounds import ADD, Round
 from coordinator.slots import Slots, number
 from geopubsub.v1 import geopubsub_pb2 as pb
-from shard.errors import UnavailableError
+from shard.errors import OverloadedError, UnavailableError
 
 _log = logging.getLogger(__name__)
 WRITE_QUEUE = 4
@@ -52,10 +52,36 @@ _SIGN = ("+", "-")
 
 
 class _Stream:
-    __slots__ = ("queue", "overflowed")
+    """An open stream's buffer: bounded in deliveries and in bytes (serialized size)."""
 
-    def __init__(self, size: int) -> None:
-        self.queue: asyncio.Queue = asyncio.Queue(size)
+    __slots__ = ("queue", "overflowed", "bytes", "max_items", "max_bytes")
+
+    def __init__(self, max_items: int, max_bytes: int) -> None:
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.overflowed = False
+        self.bytes = 0
+        self.max_items = max_items
+        self.max_bytes = max_bytes
+
+    def offer(self, d: pb.Delivery) -> bool:
+        """Buffer ``d``; False (and overflowed from now on) if the buffer is full."""
+        size = d.ByteSize()
+        if self.queue.qsize() >= self.max_items or self.bytes + size > self.max_bytes:
+            self.overflowed = True
+            return False
+        self.bytes += size
+        self.queue.put_nowait(d)
+        return True
+
+    async def take(self) -> pb.Delivery:
+        d = await self.queue.get()
+        self.bytes -= d.ByteSize()
+        return d
+
+    def clear(self) -> None:
+        while not self.queue.empty():
+            self.queue.get_nowait()
+        self.bytes = 0
         self.overflowed = False
 
 
@@ -84,6 +110,8 @@ class Deliveries:
         retention_max: int,
         retention_s: float,
         stream_buffer: int,
+        stream_buffer_bytes: int = 16 << 20,
+        max_streams: int = 10_000,
         clock=time.time,
         slots: Slots | None = None,
         dedupe: Dedupe | None = None,
@@ -93,6 +121,9 @@ class Deliveries:
         self.retention_max = retention_max
         self.retention_s = retention_s
         self.stream_buffer = stream_buffer
+        self.stream_buffer_bytes = stream_buffer_bytes
+        self.max_streams = max_streams
+        self.open_streams = 0
         self.slots = slots if slots is not None else Slots()
         """Per-subscription numbering, durability and stream flags, by slot (the engine's)."""
         self.dedupe = dedupe if dedupe is not None else Dedupe()
@@ -274,13 +305,8 @@ class Deliveries:
         streams = self.streams
         for i, sid in followed:
             for st in streams.get(sid, ()):
-                if st.overflowed:
-                    continue
-                try:
-                    st.queue.put_nowait(delivery(i, sid))
-                except asyncio.QueueFull:
-                    st.overflowed = True
-                    self.dropped += 1
+                if st.overflowed or not st.offer(delivery(i, sid)):
+                    self.dropped += 1  # the stream catches up from the log
 
     async def _caught_up(self) -> None:
         """Wait until every round numbered so far is written and offered."""
@@ -321,8 +347,14 @@ class Deliveries:
     async def stream(self, sub_id: str, after: int) -> AsyncIterator[pb.Delivery]:
         """Deliveries of ``sub_id`` with sequence > ``after``: the retained ones from the log,
         then live ones as they come; a GAP in place of what cannot be served. Never repeats a
-        sequence."""
-        st = _Stream(self.stream_buffer)
+        sequence. At most ``max_streams`` are open at once (RESOURCE_EXHAUSTED past that)."""
+        if self.open_streams >= self.max_streams:
+            raise OverloadedError(
+                f"streams={self.open_streams}: at most max_streams={self.max_streams} result "
+                "streams are open at once; close one or retry later"
+            )
+        st = _Stream(self.stream_buffer, self.stream_buffer_bytes)
+        self.open_streams += 1
         self.streams[sub_id].add(st)
         tab = self.slots
         tab.set_followed(sub_id, True)
@@ -335,9 +367,7 @@ class Deliveries:
                 if s is None:  # removed meanwhile: nothing more comes
                     return
                 mark, head = int(tab.seq[s]), int(tab.head[s])
-                while not st.queue.empty():
-                    st.queue.get_nowait()
-                st.overflowed = False
+                st.clear()
                 await self._caught_up()
                 if last < mark:
                     entries = (
@@ -360,7 +390,7 @@ class Deliveries:
                         yield self._gap(sub_id, last + 1, mark)
                         last = mark
                 while not st.overflowed:
-                    x = await st.queue.get()
+                    x = await st.take()
                     if x.sequence <= last:
                         continue
                     if x.sequence > last + 1:
@@ -368,6 +398,7 @@ class Deliveries:
                     yield x
                     last = x.sequence
         finally:
+            self.open_streams -= 1
             self.streams[sub_id].discard(st)
             if not self.streams[sub_id]:
                 del self.streams[sub_id]

@@ -77,6 +77,8 @@ class Coordinator:
             retention_max=settings.retention_max,
             retention_s=settings.retention_s,
             stream_buffer=settings.stream_buffer,
+            stream_buffer_bytes=settings.stream_buffer_bytes,
+            max_streams=settings.max_streams,
             clock=clock,
             slots=self.slots,
             dedupe=self.dedupe,

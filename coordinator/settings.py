@@ -51,6 +51,10 @@ class Settings:
     before them gets a GAP). Keep it well below Redis's ``maxmemory``."""
     stream_buffer: int = 10_000
     """Deliveries buffered per open result stream; past it the stream falls back to the log."""
+    stream_buffer_bytes: int = 16 << 20
+    """...and bytes (serialized deliveries) buffered per open result stream."""
+    max_streams: int = 10_000
+    """Result streams open at once; StreamResults past it answers RESOURCE_EXHAUSTED."""
     shard_max_restarts: int = 3
     """Ray restarts of a crashed shard actor; the coordinator then reloads it from Redis."""
     shard_calls: str = "channel"
@@ -69,6 +73,13 @@ class Settings:
         _check(self.retention_s > 0, "retention_s", self.retention_s, "> 0")
         _check(self.log_max_mb >= 1, "log_max_mb", self.log_max_mb, ">= 1")
         _check(self.stream_buffer >= 1, "stream_buffer", self.stream_buffer, ">= 1")
+        _check(
+            self.stream_buffer_bytes >= 1024,
+            "stream_buffer_bytes",
+            self.stream_buffer_bytes,
+            ">= 1024",
+        )
+        _check(self.max_streams >= 1, "max_streams", self.max_streams, ">= 1")
         _check(
             self.shard_max_restarts >= -1, "shard_max_restarts", self.shard_max_restarts, ">= -1"
         )

@@ -331,3 +331,61 @@ def test_the_python_client_surfaces_a_gap(redis_url):
             assert str(d) == "gap e #1..#1"
 
     asyncio.run(main())
+
+
+def test_a_slow_stream_drops_from_its_buffer_one_by_one_and_catches_up_from_the_log(redis_url):
+    async def main():
+        async with Node(_settings(redis_url, uuid.uuid4().hex, stream_buffer=3)) as a:
+            await a.stub.Subscribe(_sub("d"))
+            gen = a.app.deliveries.stream("d", 0)
+            first = asyncio.ensure_future(gen.__anext__())  # open, waiting for a delivery
+            await asyncio.sleep(0.1)
+            for i in range(10):
+                await _publish(a.stub, f"m{i}")
+            got = [await first] + [await gen.__anext__() for _ in range(9)]
+            await gen.aclose()
+            assert _shape(got) == [(i + 1, f"m{i}") for i in range(10)]
+            # 1 taken at once, 2..4 buffered, 5..10 dropped (and read from the log instead)
+            assert a.app.deliveries.dropped == 6
+            assert (await a.stub.GetStats(pb.GetStatsRequest())).dropped_deliveries == 6
+
+    asyncio.run(main())
+
+
+def test_open_streams_are_capped(redis_url):
+    async def main():
+        async with Node(_settings(redis_url, uuid.uuid4().hex, max_streams=1)) as a:
+            await a.stub.Subscribe(_sub("d"))
+            one = a.stub.StreamResults(pb.StreamResultsRequest(id="d"))
+            await asyncio.sleep(0.2)
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await _read(a.stub, "d")
+            assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "max_streams=1" in e.value.details()
+            one.cancel()
+            await asyncio.sleep(0.2)
+            assert await _read(a.stub, "d") == []  # the slot is free again
+
+    asyncio.run(main())
+
+
+def test_a_stream_buffer_is_bounded_in_bytes_too(redis_url):
+    async def main():
+        s = _settings(redis_url, uuid.uuid4().hex, stream_buffer_bytes=1024)
+        async with Node(s) as a:
+            await a.stub.Subscribe(_sub("d"))
+            gen = a.app.deliveries.stream("d", 0)
+            first = asyncio.ensure_future(gen.__anext__())
+            await asyncio.sleep(0.1)
+            big = " ".join(["word"] * 60)  # ~300 bytes of text
+            for i in range(10):
+                m = Message(f"m{i}", ("x",), Point(0.5, 0.5))
+                p = to_proto_message(m)
+                p.text = big
+                await a.stub.Publish(pb.PublishRequest(message=p))
+            got = [await first] + [await gen.__anext__() for _ in range(9)]
+            await gen.aclose()
+            assert [d.sequence for d in got] == list(range(1, 11))
+            assert a.app.deliveries.dropped >= 6  # ~3 of ~330 bytes fit in 1,024
+
+    asyncio.run(main())
