@@ -59,10 +59,12 @@ redis.call('SET', ARGV[2] .. n, ARGV[3], 'EX', ARGV[4])
 redis.call('SET', ARGV[5], n)
 local nl = tonumber(ARGV[7])
 local i = 8
-if nl > 0 then
-  redis.call('HSET', ARGV[6], unpack(ARGV, i, i + 2 * nl - 1))
+local stop = i + 2 * nl
+while i < stop do
+  local j = math.min(i + 999, stop - 1)
+  redis.call('HSET', ARGV[6], unpack(ARGV, i, j))
+  i = j + 1
 end
-i = i + 2 * nl
 while i <= #ARGV do
   redis.call('DEL', ARGV[2] .. ARGV[i])
   i = i + 1
@@ -70,7 +72,8 @@ end
 return 1
 """
 """ARGV: round, blob prefix, blob, ttl, round_hi key, lease key, leases (count, then id, lease
-pairs), then the rounds to delete (trimmed)."""
+pairs; HSET 500 pairs at a time: Lua's unpack takes at most ~8,000 values), then the rounds to
+delete (trimmed)."""
 
 WALK_SCRIPT = b"""
 local prefix, pat = ARGV[1], '\\n' .. ARGV[2] .. '\\n'

@@ -140,6 +140,7 @@ class Coordinator:
         await asyncio.gather(
             *(self.engine.load_shard(k, per.get(k, []), now) for k in range(s.shards))
         )
+        await self.deliveries.extend_leases()
         del subs, per
         freeze_long_lived()  # 1M subscriptions out of every later collection (shard.heap)
         self.engine.start()

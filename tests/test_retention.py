@@ -137,6 +137,24 @@ def test_the_log_keeps_its_size_budget_and_recovers_what_it_kept(redis_url):
     asyncio.run(main())
 
 
+def test_a_round_may_extend_many_leases_at_once(redis_url):
+    """More leases than Lua's unpack takes in one call (~8,000 values)."""
+
+    async def main():
+        md = Metadata(redis_url, uuid.uuid4().hex)
+        try:
+            log = RoundLog(md, retention_s=3600, max_bytes=1 << 30)
+            n = log.next_round()
+            leases = [(f"e{i}".encode(), i) for i in range(9_000)]
+            await log.append(n, 1.0, _blob(n, 1.0, {}), [], leases)
+            rec = await RoundLog(md, retention_s=3600, max_bytes=1 << 30).recover()
+            assert rec.leases == {f"e{i}": i for i in range(9_000)}
+        finally:
+            await md.close()
+
+    asyncio.run(main())
+
+
 # ---- through the coordinator ------------------------------------------------------------------
 def _settings(redis_url: str, ns: str, **kw) -> Settings:
     return Settings.load(
