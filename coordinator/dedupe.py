@@ -24,25 +24,29 @@ class Dedupe:
         self.done: dict[str, int] = {}
 
     def lookup(self, msg_id: str) -> int | asyncio.Future | None:
-        """The matched count of a logged publish, the future of a pending one, or None."""
+        """The matched count of a logged publish, the future of a pending one, or None (a
+        pending one that failed is forgotten: it may be retried)."""
         got = self.done.get(msg_id)
-        return got if got is not None else self.pending.get(msg_id)
+        if got is not None:
+            return got
+        fut = self.pending.get(msg_id)
+        if fut is not None and fut.done() and fut.exception() is not None:
+            del self.pending[msg_id]
+            return None
+        return fut
 
     def begin(self, msg_id: str, fut: asyncio.Future) -> None:
-        """A publish with this client-given id was queued (forgotten if it fails)."""
+        """A publish with this client-given id was queued."""
         self.pending[msg_id] = fut
-
-        def settled(f: asyncio.Future) -> None:
-            if self.pending.get(msg_id) is f:
-                del self.pending[msg_id]
-
-        fut.add_done_callback(settled)
 
     def logged(self, matched: Mapping[str, int], dropped: Iterable[str]) -> None:
         """A round with these publishes was written; the log dropped rounds with ``dropped``."""
         for i in dropped:
             self.done.pop(i, None)
         self.done.update(matched)
+        pending = self.pending
+        for i in matched:
+            pending.pop(i, None)
 
     def restore(self, published: Mapping[str, int]) -> None:
         self.done.update(published)

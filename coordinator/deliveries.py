@@ -37,7 +37,7 @@ from coordinator.convert import to_proto_delivery
 from coordinator.dedupe import Dedupe
 from coordinator.retention import SREC, RoundLog, encode_round, message_record, to_message
 from coordinator.rounds import ADD, Round
-from coordinator.slots import Slots, number
+from coordinator.slots import Slots, directory, number
 from geopubsub.v1 import geopubsub_pb2 as pb
 from shard.errors import OverloadedError, UnavailableError
 
@@ -162,9 +162,9 @@ class Deliveries:
             over = np.unique(e[tab.seq[e] > tab.lease[e]])
             if over.size:
                 tab.lease[over] = tab.seq[over] + LEASE_STEP
-                idb = tab.idb
+                ib = tab.id_bytes
                 leases = list(
-                    zip([idb[s] for s in over.tolist()], tab.lease[over].tolist(), strict=True)
+                    zip([ib(s) for s in over.tolist()], tab.lease[over].tolist(), strict=True)
                 )
         # the round's durable deliveries, grouped by subscription (a record each)
         matched = {}
@@ -174,7 +174,7 @@ class Deliveries:
             for op, a, b in rnd.spans:
                 if op.kind == "pub" and pending.get(op.arg.id) is op.future:
                     pub_ids.append(op.arg.id)
-                    matched[op.arg.id] = b - a - int(kinds[a:b].sum())
+                    matched[op.arg.id] = b - a  # a publish's deliveries are ADDs
         d = np.flatnonzero(durable)
         n, blob = 0, b""
         if d.size or pub_ids or leases:
@@ -210,7 +210,7 @@ class Deliveries:
         answers = []
         for op, a, b in rnd.spans:
             if op.kind == "pub":
-                answers.append((op.future, b - a - int(kinds[a:b].sum())))
+                answers.append((op.future, b - a))  # its ADDs
             elif op.kind == "move":
                 answers.append((op.future, [delivery(i, ids[slots[i]]) for i in range(a, b)]))
             else:
@@ -241,11 +241,12 @@ class Deliveries:
         used, local = np.unique(midx, return_inverse=True)
         mids, payloads = rnd.mids, rnd.payloads
         msgs = [message_record(mids[k], payloads.get(mids[k], b"")) for k in used.tolist()]
-        idb = tab.idb
+        dir_, doff = directory(tab.pool, tab.poff, tab.plen, u)
         return encode_round(
             n,
             rnd.now,
-            [idb[s] for s in u.tolist()],
+            dir_.tobytes(),
+            doff,
             recs,
             kinds[d][order],
             local,
@@ -329,7 +330,7 @@ class Deliveries:
         tab = self.slots
         n = len(tab.ids)
         ahead = np.flatnonzero(tab.lease[:n] > tab.seq[:n]).tolist()
-        exact = [(tab.idb[s], int(tab.seq[s])) for s in ahead if tab.ids[s] is not None]
+        exact = [(tab.id_bytes(s), int(tab.seq[s])) for s in ahead if tab.ids[s] is not None]
         if exact:
             await self.log.write_leases(exact)
             tab.lease[ahead] = tab.seq[ahead]
@@ -344,7 +345,7 @@ class Deliveries:
         at = [s for s in at if tab.ids[s] is not None]
         if at:
             tab.lease[at] = tab.seq[at] + LEASE_STEP
-            await self.log.write_leases([(tab.idb[s], int(tab.lease[s])) for s in at])
+            await self.log.write_leases([(tab.id_bytes(s), int(tab.lease[s])) for s in at])
         return len(at)
 
     def _gap(self, sub_id: str, first: int, last: int) -> pb.Delivery:

@@ -155,7 +155,8 @@ class Recovered:
 def encode_round(
     n: int,
     t: float,
-    ids: Sequence[bytes],
+    dir_: bytes,
+    doff: np.ndarray,
     recs: np.ndarray,
     kinds: np.ndarray,
     midx: np.ndarray,
@@ -163,30 +164,27 @@ def encode_round(
     pub_ids: Sequence[str] = (),
     pub_matched: Sequence[int] = (),
 ) -> bytes:
-    """Round ``n``'s blob. ``ids[i]`` (encoded) has record ``recs[i]`` (``SREC``) and the
-    deliveries ``recs[i].start`` .. ``+ count`` of ``kinds`` / ``midx``; ``msgs[k]`` is message
-    k's ``<H`` id length, id and payload (``message_record``).
+    """Round ``n``'s blob. ``dir_`` / ``doff``: the subscriptions' ids and their offsets
+    (``directory_of``, or ``coordinator.slots.directory``); subscription i has record
+    ``recs[i]`` (``SREC``) and the deliveries ``recs[i].start`` .. ``+ count`` of ``kinds`` /
+    ``midx``; ``msgs[k]`` is message k's ``<H`` id length, id and payload (``message_record``).
 
     >>> recs = np.zeros(1, SREC); recs["first"] = 4; recs["count"] = 1
-    >>> b = encode_round(7, 1.5, [b"s"], recs, np.zeros(1, np.uint8), np.zeros(1, np.uint32),
-    ...                  [message_record("m", b"")])
+    >>> b = encode_round(7, 1.5, *directory_of([b"s"]), recs, np.zeros(1, np.uint8),
+    ...                  np.zeros(1, np.uint32), [message_record("m", b"")])
     >>> decode_round(b).heads
     {'s': (7, 4)}
     """
-    dir_ = b"\n" + b"\n".join(ids) + b"\n"
-    lens = np.fromiter(map(len, ids), np.uint32, count=len(ids)) + 1
-    doff = np.zeros(len(ids), "<u4")
-    np.cumsum(lens[:-1], out=doff[1:])
     moff = np.zeros(len(msgs) + 1, "<u4")
     np.cumsum(np.fromiter(map(len, msgs), np.uint32, count=len(msgs)), out=moff[1:])
     pub = "\n".join(pub_ids).encode()
     return b"".join(
         (
             HEAD.pack(
-                MAGIC, n, t, len(ids), len(kinds), len(msgs), len(dir_), len(pub_ids), len(pub)
+                MAGIC, n, t, len(doff), len(kinds), len(msgs), len(dir_), len(pub_ids), len(pub)
             ),
             dir_,
-            doff.tobytes(),
+            doff.astype("<u4", copy=False).tobytes(),
             recs.astype(SREC, copy=False).tobytes(),
             kinds.astype(np.uint8, copy=False).tobytes(),
             midx.astype("<u4", copy=False).tobytes(),
@@ -196,6 +194,14 @@ def encode_round(
             np.asarray(pub_matched, "<u4").tobytes(),
         )
     )
+
+
+def directory_of(ids: Sequence[bytes]) -> tuple[bytes, np.ndarray]:
+    """A blob's DIR and offsets for these encoded ids (the slow, plain way)."""
+    lens = np.fromiter(map(len, ids), np.uint32, count=len(ids)) + 1
+    doff = np.zeros(len(ids), "<u4")
+    np.cumsum(lens[:-1], out=doff[1:])
+    return b"\n" + b"\n".join(ids) + b"\n", doff
 
 
 def message_record(msg_id: str, payload: bytes) -> bytes:

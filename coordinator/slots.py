@@ -35,8 +35,11 @@ class Slots:
     def __init__(self, capacity: int = 1024) -> None:
         self.slot_of: dict[str, int] = {}
         self.ids: list[str | None] = []
-        self.idb: list[bytes] = []
-        """Each slot's id, encoded (the retention log writes it)."""
+        self.pool = np.zeros(1 << 16, np.uint8)
+        """Every slot's id, encoded, back to back (``directory`` copies them into a round's
+        blob without a Python object per id); ``poff`` / ``plen`` by slot locate them."""
+        self._pool_end = 0
+        self._pool_dead = 0
         self.bases: dict[str, int] = {}
         """Where numbering continues for subscriptions without a slot (unsubscribed, or known
         from the log at start but not placed)."""
@@ -52,6 +55,8 @@ class Slots:
         self.lease = np.zeros(capacity, np.int64)
         """The highest sequence an ephemeral slot may reach before its lease is extended in
         Redis (``coordinator.retention``)."""
+        self.poff = np.zeros(capacity, np.int64)
+        self.plen = np.zeros(capacity, np.int64)
         self.durable = np.zeros(capacity, np.bool_)
         self.followed = np.zeros(capacity, np.bool_)
         self.refreshed = np.full(capacity, -np.inf)
@@ -68,14 +73,13 @@ class Slots:
         if self._free:
             s = self._free.pop()
             self.ids[s] = sub_id
-            self.idb[s] = sub_id.encode()
         else:
             s = len(self.ids)
             self.ids.append(sub_id)
-            self.idb.append(sub_id.encode())
             if s >= self.seq.shape[0]:
                 self._grow(2 * s)
         self.slot_of[sub_id] = s
+        self._pool_put(s, sub_id.encode())
         self.seq[s] = self.lease[s] = self.bases.pop(sub_id, 0)
         self.head[s] = 0
         self.durable[s] = sub_id not in self.ephemeral
@@ -87,6 +91,8 @@ class Slots:
         s = self.slot_of.pop(sub_id, None)
         if s is not None:
             self.bases[sub_id] = int(max(self.seq[s], self.lease[s]))
+            self._pool_dead += int(self.plen[s])
+            self.plen[s] = 0
             self.ids[s] = None
             self.durable[s] = self.followed[s] = False
             self._free.append(s)
@@ -96,6 +102,37 @@ class Slots:
         keep = set(ids)
         for sid in [s for s in self.slot_of if s not in keep]:
             self.release(sid)
+
+    def id_bytes(self, s: int) -> bytes:
+        """Slot ``s``'s id, encoded."""
+        o = int(self.poff[s])
+        return self.pool[o : o + int(self.plen[s])].tobytes()
+
+    def _pool_put(self, s: int, b: bytes) -> None:
+        end = self._pool_end
+        if end + len(b) > self.pool.shape[0]:
+            if self._pool_dead > end // 2:  # mostly released ids: compact instead of growing
+                self._compact()
+                end = self._pool_end
+            if end + len(b) > self.pool.shape[0]:
+                grown = np.zeros(max(2 * self.pool.shape[0], end + len(b)), np.uint8)
+                grown[:end] = self.pool[:end]
+                self.pool = grown
+        self.pool[end : end + len(b)] = np.frombuffer(b, np.uint8)
+        self.poff[s] = end
+        self.plen[s] = len(b)
+        self._pool_end = end + len(b)
+
+    def _compact(self) -> None:
+        live = [s for s, sid in enumerate(self.ids) if sid is not None and self.plen[s]]
+        pool = np.zeros_like(self.pool)
+        end = 0
+        for s in live:
+            o, n = int(self.poff[s]), int(self.plen[s])
+            pool[end : end + n] = self.pool[o : o + n]
+            self.poff[s] = end
+            end += n
+        self.pool, self._pool_end, self._pool_dead = pool, end, 0
 
     def restore(self, heads: dict[str, tuple[int, int]], leases: dict[str, int]) -> None:
         """Continue every subscription's numbering and log chain from what the retention log
@@ -138,6 +175,8 @@ class Slots:
             ("seq", 0),
             ("head", 0),
             ("lease", 0),
+            ("poff", 0),
+            ("plen", 0),
             ("durable", False),
             ("followed", False),
         ):
@@ -165,3 +204,26 @@ def number(seq: np.ndarray, slots: np.ndarray) -> np.ndarray:
         seq[s] = n
         out[i] = n
     return out
+
+
+@njit(cache=True)
+def directory(pool, poff, plen, slots):
+    """A round blob's DIR for ``slots`` ("\n" id "\n" id ... "\n", ids from ``pool``) and
+    each id's offset in it (of the "\n" before it)."""
+    total = 1
+    for s in slots:
+        total += plen[s] + 1
+    out = np.empty(total, np.uint8)
+    doff = np.empty(slots.shape[0], np.uint32)
+    p = 0
+    for i in range(slots.shape[0]):
+        s = slots[i]
+        doff[i] = p
+        out[p] = 10
+        p += 1
+        o = poff[s]
+        n = plen[s]
+        out[p : p + n] = pool[o : o + n]
+        p += n
+    out[p] = 10
+    return out, doff

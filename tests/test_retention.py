@@ -16,7 +16,7 @@ import pytest
 import coordinator.retention as retention
 from coordinator.convert import to_proto_message, to_proto_subscription
 from coordinator.metadata import Metadata
-from coordinator.retention import SREC, RoundLog, encode_round, message_record
+from coordinator.retention import SREC, RoundLog, directory_of, encode_round, message_record
 from coordinator.server import create_server, stop_server
 from coordinator.settings import Settings
 from coordinator.shards import LocalShard
@@ -53,7 +53,7 @@ def _blob(
     return encode_round(
         n,
         t,
-        ids,
+        *directory_of(ids),
         np.array(recs, SREC),
         np.array(kinds, np.uint8),
         np.array(midx),
