@@ -15,6 +15,13 @@ MAX_CLAUSE_TERMS = 16
 MAX_EXPR_LEN = 4096
 """Characters of an ``expr``."""
 
+MAX_EXPR_DEPTH = 32
+"""Parentheses nested in an ``expr``. The parser recurses three Python frames per level, so an
+unbounded depth hits Python's recursion limit (1,000 frames) at about 330 levels (a
+RecursionError, not an error naming the field). 32 keeps the parser far from it; a level that is
+not redundant needs an OR inside and another factor beside it, so one within ``MAX_CLAUSE_TERMS``
+and ``MAX_CLAUSES`` rarely nests half as deep."""
+
 MAX_TERM_LEN = 64
 """Characters of one normalized term."""
 
