@@ -31,6 +31,12 @@ MAX_MESSAGE_TERMS = 256
 MAX_TEXT_LEN = 16384
 """Characters of a message's ``text``."""
 
+MAX_TTL_S = 30 * 86_400.0
+"""Longest ``ttl`` of a stored message, seconds (30 days). A live message holds memory in the
+coordinator and in every shard it reaches until it expires, and no restart keeps it
+(docs/LIMITS.md), so a ttl of years (1e308 was accepted) only pins memory; 30 days is a generous
+ceiling for a geo-tagged message. A cluster sets a lower one (``max_ttl_s``, a day by default)."""
+
 MAX_RADIUS_M = 20_000_000.0
 """Largest circle radius, metres (about half the earth's circumference)."""
 
