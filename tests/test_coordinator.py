@@ -156,3 +156,113 @@ def test_a_round_loop_that_dies_answers_unavailable_and_says_so():
         await eng.stop()
 
     asyncio.run(main())
+
+
+def test_stored_messages_past_max_live_messages_are_refused_whole_until_some_expire():
+    """Stored messages count while they wait for their round and while live; a batch that
+    would pass the cap queues nothing; one-shot messages never count; an expiry frees room."""
+    from shard.errors import OverloadedError
+    from shard.model import Message, Point
+
+    async def main():
+        t = [1000.0]
+        shards = [LocalShard(k) for k in range(2)]
+        eng = _engine(shards, max_live_messages=3, clock=lambda: t[0])
+        eng.start()
+        stored = [
+            Message(f"s{i}", ("x",), Point(-10.0 + 20 * (i % 2), 0), ttl=10.0) for i in range(5)
+        ]
+        one_shot = _messages(4, "o")
+        fields = [f"messages[{i}]" for i in range(3)]
+        first = eng.publish_many(stored[:2], [b""] * 2, fields[:2])  # waiting, not yet live
+        with pytest.raises(OverloadedError) as e:
+            eng.publish_many([one_shot[0], stored[2], stored[3]], [b""] * 3, fields)
+        assert str(e.value) == (
+            "messages[2].ttl_s=10.0: 2 stored messages live or waiting, at most "
+            "max_live_messages=3; retry once some expire"
+        )
+        assert eng.stats["rejected_live_cap"] == 1
+        await asyncio.gather(*first)
+        assert sorted(eng.live) == ["s0", "s1"]  # the refused batch queued nothing
+        await asyncio.gather(*eng.publish_many(one_shot, [b""] * 4, ["m"] * 4))
+        await asyncio.gather(*eng.publish_many([stored[2]], [b""], ["message"]))
+        with pytest.raises(OverloadedError, match=r"^message\.ttl_s=10\.0: 3 stored .*=3;"):
+            eng.publish_many([stored[3]], [b""], ["message"])
+        assert eng.stats["rejected_live_cap"] == 2 and len(eng.live) == 3
+        t[0] += 10.0  # all three expire; the next round drops them
+        await asyncio.gather(*eng.publish_many(one_shot[:1], [b""], ["message"]))
+        assert eng.live == {}
+        await asyncio.gather(*eng.publish_many(stored[3:], [b""] * 2, fields[:2]))
+        assert sorted(eng.live) == ["s3", "s4"]
+        await eng.stop()
+
+    asyncio.run(main())
+
+
+async def _refused(call) -> grpc.aio.AioRpcError:
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await call
+    return e.value
+
+
+def _msg(ttl_s: float, **kw) -> pb.Message:
+    return pb.Message(keywords=["x"], point=pb.Point(lon=0.5, lat=0.5), ttl_s=ttl_s, **kw)
+
+
+def test_deep_expressions_long_ttls_and_the_live_cap_are_answered_by_name(redis_url):
+    """Through gRPC: 400 nested parentheses are INVALID_ARGUMENT (they were a RecursionError,
+    INTERNAL), a ttl past ``max_ttl_s`` (or MAX_TTL_S) INVALID_ARGUMENT, a stored message past
+    ``max_live_messages`` RESOURCE_EXHAUSTED; each names the field and the value, and a refused
+    request publishes nothing."""
+    invalid, exhausted = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED
+
+    async def main():
+        s = Settings.load(
+            flags={
+                "port": 0,
+                "redis_url": redis_url,
+                "namespace": uuid.uuid4().hex,
+                "max_ttl_s": 60.0,
+                "max_live_messages": 2,
+            }
+        )
+        server, port, app = await create_server(s, lambda k: LocalShard(k))
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            stub = pb_grpc.GeoPubSubStub(ch)
+            deep = pb.Subscription(
+                id="deep", expr="(" * 400 + "x" + ")" * 400, rect=pb.Rect(max_lon=1, max_lat=1)
+            )
+            e = await _refused(stub.Subscribe(pb.SubscribeRequest(subscription=deep)))
+            assert e.code() == invalid, e.details()
+            assert e.details().startswith("subscription.expr='((((")
+            assert e.details().endswith(": parentheses nested more than 32 deep at position 32")
+
+            e = await _refused(stub.Publish(pb.PublishRequest(message=_msg(60.5))))
+            assert (e.code(), e.details()) == (
+                invalid,
+                "message.ttl_s=60.5: must be at most 60 seconds (the max_ttl_s setting)",
+            )
+            batch = [_msg(0.0), _msg(1e308)]
+            e = await _refused(stub.Publish(pb.PublishRequest(messages=batch)))
+            assert e.code() == invalid
+            assert e.details().startswith("messages[1].ttl_s=1e+308: must be at most 2592000")
+
+            ok = await stub.Publish(pb.PublishRequest(message=_msg(60.0, id="a")))
+            assert ok.id == "a"
+            batch = [_msg(0.0), _msg(5.0, id="b"), _msg(5.0, id="c")]
+            e = await _refused(stub.Publish(pb.PublishRequest(messages=batch)))
+            assert (e.code(), e.details()) == (
+                exhausted,
+                "messages[2].ttl_s=5.0: 1 stored messages live or waiting, at most "
+                "max_live_messages=2; retry once some expire",
+            )
+            await stub.Publish(pb.PublishRequest(message=_msg(5.0, id="b")))
+            e = await _refused(stub.Publish(pb.PublishRequest(message=_msg(5.0, id="c"))))
+            assert e.code() == exhausted and e.details().startswith("message.ttl_s=5.0: 2 stored")
+            await stub.Publish(pb.PublishRequest(message=_msg(0.0)))  # one-shot: not counted
+            stats = await stub.GetStats(pb.GetStatsRequest())
+            assert (stats.published, stats.live_messages) == (3, 2)
+            assert app.engine.stats["rejected_live_cap"] == 2
+        await stop_server(server, app)
+
+    asyncio.run(main())
