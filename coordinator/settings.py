@@ -50,6 +50,10 @@ class Settings:
     """Stored messages (ttl_s > 0) live or waiting for their round at once; a Publish that would
     pass it answers RESOURCE_EXHAUSTED. Each costs memory in the coordinator and in every shard
     it reaches until it expires."""
+    redis_maxmemory_mb: int = 4096
+    """``maxmemory`` of the private redis-server ``geopubsub up`` starts (policy ``noeviction``:
+    a write that would pass it is refused, and the coordinator answers RESOURCE_EXHAUSTED);
+    0: unlimited. Not applied to a Redis given by ``redis_url``."""
     retention_max: int = 10_000
     """Deliveries kept per subscription in the Redis retention log."""
     retention_s: float = 3600.0
@@ -74,6 +78,12 @@ class Settings:
             0 < self.max_ttl_s <= MAX_TTL_S, "max_ttl_s", self.max_ttl_s, f"in (0, {MAX_TTL_S:.0f}]"
         )
         _check(self.max_live_messages >= 1, "max_live_messages", self.max_live_messages, ">= 1")
+        _check(
+            self.redis_maxmemory_mb >= 0,
+            "redis_maxmemory_mb",
+            self.redis_maxmemory_mb,
+            ">= 0 (0: unlimited)",
+        )
         _check(self.retention_max >= 1, "retention_max", self.retention_max, ">= 1")
         _check(self.retention_s > 0, "retention_s", self.retention_s, "> 0")
         _check(self.stream_buffer >= 1, "stream_buffer", self.stream_buffer, ">= 1")

@@ -7,7 +7,7 @@
     │   └── ExpressionError    a keyword expression that does not parse  -> INVALID_ARGUMENT
     ├── NotFoundError          an unknown id                             -> NOT_FOUND
     ├── UnavailableError       a shard or Redis cannot be reached        -> UNAVAILABLE
-    └── OverloadedError        backpressure: a bounded queue is full     -> RESOURCE_EXHAUSTED
+    └── OverloadedError        backpressure: a queue or store is full    -> RESOURCE_EXHAUSTED
 
 The mapping to gRPC status codes lives in one place in the coordinator.
 """
@@ -62,7 +62,8 @@ class UnavailableError(GeoPubSubError):
 
 
 class OverloadedError(GeoPubSubError):
-    """A bounded buffer is full; the caller should retry later."""
+    """A bounded buffer or store is full (waiting operations, live messages, Redis at its
+    maxmemory); the caller should retry later."""
 
 
 def _show(value: Any) -> str:

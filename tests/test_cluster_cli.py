@@ -191,13 +191,20 @@ def test_resource_limit_settings_load_like_the_others_and_bad_values_are_named()
     from shard.errors import ValidationError
 
     d = Settings()
-    assert (d.max_ttl_s, d.max_live_messages) == (86400.0, 1_000_000)
-    s = Settings.load(env={"GEOPUBSUB_MAX_TTL_S": "3600", "GEOPUBSUB_MAX_LIVE_MESSAGES": "10"})
-    assert (s.max_ttl_s, s.max_live_messages) == (3600.0, 10)
+    assert (d.max_ttl_s, d.max_live_messages, d.redis_maxmemory_mb) == (86400.0, 1_000_000, 4096)
+    s = Settings.load(
+        env={
+            "GEOPUBSUB_MAX_TTL_S": "3600",
+            "GEOPUBSUB_MAX_LIVE_MESSAGES": "10",
+            "GEOPUBSUB_REDIS_MAXMEMORY_MB": "0",
+        }
+    )
+    assert (s.max_ttl_s, s.max_live_messages, s.redis_maxmemory_mb) == (3600.0, 10, 0)
     bad = [
         ("max_ttl_s", 30 * 86400 + 1.0),  # past shard.limits.MAX_TTL_S
         ("max_ttl_s", 0.0),
         ("max_live_messages", 0),
+        ("redis_maxmemory_mb", -1),
     ]
     for name, value in bad:
         with pytest.raises(ValidationError) as e:

@@ -7,6 +7,7 @@ import uuid
 
 import grpc
 import pytest
+import redis
 
 from coordinator.convert import to_proto_subscription
 from coordinator.server import create_server, stop_server
@@ -15,7 +16,8 @@ from coordinator.shards import LocalShard
 from deploy.redis_local import RedisServer
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
-from shard.model import Rect, Subscription
+from shard.errors import OverloadedError
+from shard.model import Rect, Subscription, subscription_from_dict
 
 
 @pytest.fixture(scope="module")
@@ -264,5 +266,101 @@ def test_deep_expressions_long_ttls_and_the_live_cap_are_answered_by_name(redis_
             assert (stats.published, stats.live_messages) == (3, 2)
             assert app.engine.stats["rejected_live_cap"] == 2
         await stop_server(server, app)
+
+    asyncio.run(main())
+
+
+@pytest.fixture
+def small_redis(tmp_path):
+    """A private redis-server capped at 2 MB (about 1 MB above an empty one), and a client."""
+    server = RedisServer(tmp_path, maxmemory_mb=2).start()
+    raw = redis.Redis.from_url(server.url)
+    yield server, raw
+    raw.close()
+    server.stop()
+
+
+def _fill(raw: redis.Redis) -> list[str]:
+    """Write values until Redis refuses even the smallest (its maxmemory: a refused write's
+    arguments count until it is refused, so large values alone leave room); their keys."""
+    keys: list[str] = []
+    for size in (65536, 4096, 256, 16, 1):
+        while len(keys) < 10_000:
+            try:
+                raw.set(f"filler:{len(keys)}", b"x" * size)
+            except redis.exceptions.OutOfMemoryError:
+                break
+            keys.append(f"filler:{len(keys)}")
+    assert keys and len(keys) < 10_000, "Redis did not fill up"
+    return keys
+
+
+def test_a_full_redis_answers_resource_exhausted_and_keeps_nothing_of_the_subscribe(small_redis):
+    """At its maxmemory (noeviction) Redis refuses writes: a Subscribe answers
+    RESOURCE_EXHAUSTED naming maxmemory (it was UNAVAILABLE), neither Redis nor the engine keeps
+    any of it, and once there is room again the same Subscribe succeeds."""
+    server, raw = small_redis
+    config = raw.config_get("maxmemory*")
+    assert (config["maxmemory"], config["maxmemory-policy"]) == (str(2 * 2**20), "noeviction")
+    ns = uuid.uuid4().hex
+    sub = pb.SubscribeRequest(
+        subscription=pb.Subscription(id="s1", keywords=["x"], rect=pb.Rect(max_lon=1, max_lat=1))
+    )
+
+    async def main():
+        s = Settings.load(flags={"port": 0, "redis_url": server.url, "namespace": ns})
+        srv, port, app = await create_server(s, lambda k: LocalShard(k))
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            stub = pb_grpc.GeoPubSubStub(ch)
+            filler = _fill(raw)
+            e = await _refused(stub.Subscribe(sub))
+            assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e.details()
+            assert f"redis at {server.url} is full" in e.details()
+            assert "maxmemory (policy noeviction)" in e.details()
+            e = await _refused(stub.GetSubscription(pb.GetSubscriptionRequest(id="s1")))
+            assert e.code() == grpc.StatusCode.NOT_FOUND
+            assert raw.keys(f"{ns}:sub*") == []
+            raw.delete(*filler)
+            await stub.Subscribe(sub)
+            got = await stub.GetSubscription(pb.GetSubscriptionRequest(id="s1"))
+            assert list(got.keywords) == ["x"]
+            assert raw.smembers(f"{ns}:subs") == {b"s1"}
+        await stop_server(srv, app)
+
+    asyncio.run(main())
+
+
+def test_one_subscription_is_written_whole_or_not_at_all_at_the_maxmemory_border(small_redis):
+    """Swept across the border of Redis's maxmemory, ``put_subscriptions`` of one subscription
+    (a Subscribe) leaves all of it or none (a pipeline left parts: the hash without the id in
+    the set, or the reverse)."""
+    from coordinator.metadata import Metadata
+
+    server, raw = small_redis
+    ns = uuid.uuid4().hex
+    big = subscription_from_dict(  # ~2.5 kB written: the border falls inside it
+        {"id": "s" * 128, "expr": " OR ".join(f"t{i:08d}" for i in range(60)), "rect": [0, 0, 1, 1]}
+    )
+    fields = {b"created", b"sub", b"shards", b"updated"}
+
+    async def main():
+        md = Metadata(server.url, ns)
+        await md.ping()
+        seen = set()
+        for margin in range(0, 8000, 200):
+            raw.delete(f"{ns}:sub:{big.id}", f"{ns}:subs")
+            raw.config_set("maxmemory", int(raw.info("memory")["used_memory"]) + margin)
+            try:
+                await md.put_subscriptions([(big, (0,))])
+                written = True
+            except OverloadedError:
+                written = False
+            finally:
+                raw.config_set("maxmemory", 2 * 2**20)
+            state = (set(raw.hkeys(f"{ns}:sub:{big.id}")), raw.smembers(f"{ns}:subs"))
+            assert state == ((fields, {big.id.encode()}) if written else (set(), set())), margin
+            seen.add(written)
+        assert seen == {True, False}  # the sweep crossed the border
+        await md.close()
 
     asyncio.run(main())
