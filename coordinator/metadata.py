@@ -28,7 +28,7 @@ from redis.exceptions import OutOfMemoryError, RedisError
 
 from geopubsub.v1 import geopubsub_pb2 as pb
 from shard import metadata_codec as codec
-from shard.errors import OverloadedError, UnavailableError
+from shard.errors import StoreFullError, UnavailableError
 from shard.model import Subscription
 from shard.partition_map import PartitionMap
 
@@ -296,17 +296,17 @@ class Metadata:
             finally:
                 await pool.release(conn)
         except OutOfMemoryError:
-            raise OverloadedError(_full(self.url)) from None
+            raise StoreFullError(_full(self.url)) from None
         except (RedisError, OSError) as exc:
             raise UnavailableError(f"redis at {self.url}: {exc}") from None
 
     async def _call(self, awaitable):
-        """Await a Redis command: OverloadedError when Redis is full (maxmemory reached,
+        """Await a Redis command: StoreFullError when Redis is full (maxmemory reached,
         ``noeviction``: it refuses writes), UnavailableError for any other Redis failure."""
         try:
             return await awaitable
         except OutOfMemoryError:
-            raise OverloadedError(_full(self.url)) from None
+            raise StoreFullError(_full(self.url)) from None
         except (RedisError, OSError) as exc:
             raise UnavailableError(f"redis at {self.url}: {exc}") from None
 

@@ -16,7 +16,7 @@ from coordinator.shards import LocalShard
 from deploy.redis_local import RedisServer
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
-from shard.errors import OverloadedError
+from shard.errors import StoreFullError
 from shard.model import Rect, Subscription, subscription_from_dict
 
 
@@ -353,7 +353,7 @@ def test_one_subscription_is_written_whole_or_not_at_all_at_the_maxmemory_border
             try:
                 await md.put_subscriptions([(big, (0,))])
                 written = True
-            except OverloadedError:
+            except StoreFullError:
                 written = False
             finally:
                 raw.config_set("maxmemory", 2 * 2**20)
