@@ -7,13 +7,12 @@ paths into the request (``subscription.rect.min_lon``, ``message.ttl_s``).
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
 from geopubsub.v1 import geopubsub_pb2 as pb
 from shard.errors import ValidationError
-from shard.limits import MAX_ID_LEN, MAX_TEXT_LEN
+from shard.limits import MAX_ID_LEN, MAX_TEXT_LEN, MAX_TTL_S
 from shard.model import (
     Circle,
     Message,
@@ -128,9 +127,12 @@ def to_proto_subscription(sub: Subscription) -> pb.Subscription:
 
 
 # ---- messages -------------------------------------------------------------------------------
-def from_proto_message(msg: pb.Message, *, default_id: str, field: str = "message") -> Message:
+def from_proto_message(
+    msg: pb.Message, *, default_id: str, field: str = "message", max_ttl_s: float = MAX_TTL_S
+) -> Message:
     """Validate a Message; an empty ``id`` becomes ``default_id``, an empty ``text`` None,
-    ``ttl_s`` 0 one-shot (ttl None). ``time`` is ignored. Raises ValidationError naming
+    ``ttl_s`` 0 one-shot (ttl None), at most ``max_ttl_s`` (the cluster's ``max_ttl_s``, itself
+    at most ``MAX_TTL_S``). ``time`` is ignored. Raises ValidationError naming
     ``{field}.<path>``. O(size of the message).
 
     >>> m = from_proto_message(
@@ -144,7 +146,7 @@ def from_proto_message(msg: pb.Message, *, default_id: str, field: str = "messag
         # the common case, checked here without the workload form; anything it does not
         # accept goes the long way, which names what is wrong
         lon, lat, ttl = msg.point.lon, msg.point.lat, msg.ttl_s
-        if -180.0 <= lon <= 180.0 and -90.0 <= lat <= 90.0 and 0.0 <= ttl < math.inf:
+        if -180.0 <= lon <= 180.0 and -90.0 <= lat <= 90.0 and 0.0 <= ttl <= max_ttl_s:
             kws = tuple(msg.keywords)
             text = msg.text or None
             if text is None or len(text) <= MAX_TEXT_LEN:
@@ -154,10 +156,12 @@ def from_proto_message(msg: pb.Message, *, default_id: str, field: str = "messag
                     raise _under(field, e) from e
                 if terms:
                     return Message(mid, terms, Point(lon, lat), ttl or None, kws, text)
-    return _message_via_dict(msg, mid, field)
+    return _message_via_dict(msg, mid, field, max_ttl_s)
 
 
-def _message_via_dict(msg: pb.Message, mid: str, field: str) -> Message:
+def _message_via_dict(
+    msg: pb.Message, mid: str, field: str, max_ttl_s: float = MAX_TTL_S
+) -> Message:
     """``from_proto_message`` through the workload form's validation (every case)."""
     d: dict[str, Any] = {"id": mid, "keywords": list(msg.keywords)}
     if msg.text:
@@ -170,9 +174,16 @@ def _message_via_dict(msg: pb.Message, mid: str, field: str) -> Message:
     if msg.ttl_s != 0.0:  # NaN included, so that validation rejects it
         d["ttl"] = msg.ttl_s
     try:
-        return message_from_dict(d)
+        out = message_from_dict(d)
     except ValidationError as e:
         raise _under(field, e) from e
+    if out.ttl is not None and out.ttl > max_ttl_s:
+        raise ValidationError(
+            f"{field}.ttl_s",
+            msg.ttl_s,
+            f"must be at most {max_ttl_s:g} seconds (the max_ttl_s setting)",
+        )
+    return out
 
 
 def to_proto_message(msg: Message, *, time: float = 0.0) -> pb.Message:

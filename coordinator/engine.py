@@ -119,6 +119,7 @@ class Engine:
         batch_max: int = 512,
         batch_delay_ms: float = 2.0,
         queue_max: int = 100_000,
+        max_live_messages: int = 1_000_000,
         clock: Callable[[], float] = time.time,
         tick_s: float = DEFAULT_TICK_S,
         slots: Slots | None = None,
@@ -132,6 +133,8 @@ class Engine:
         self.batch_max = batch_max
         self.batch_delay = batch_delay_ms / 1000.0
         self.queue_max = queue_max
+        self.max_live_messages = max_live_messages
+        """Stored messages (ttl > 0) live or waiting for their round at once (``publish_many``)."""
         self.clock = clock
         self.tick_s = tick_s
         self.slots = slots if slots is not None else Slots()
@@ -143,6 +146,8 @@ class Engine:
         self.multi: dict[str, dict[int, int]] = {}  # message on several shards -> slot -> count
         self._expiry: list[tuple[float, str]] = []
         self._pending: list[Op] = []
+        self._stored_waiting = 0
+        """Stored messages among ``_pending``: ``live`` has them only once their round is sent."""
         self._first_at = 0.0
         """Event-loop time at which the oldest waiting operation arrived."""
         self._wake = asyncio.Event()
@@ -177,6 +182,7 @@ class Engine:
             if not op.future.done():
                 _fail(op.future, err)
         self._pending.clear()
+        self._stored_waiting = 0
         if self.on_failure is not None:
             self.on_failure(exc)
 
@@ -192,6 +198,7 @@ class Engine:
             if not op.future.done():
                 _fail(op.future, UnavailableError("the coordinator is stopping"))
         self._pending.clear()
+        self._stored_waiting = 0
 
     def restore(self, subs: Sequence[Subscription]) -> dict[int, list[Subscription]]:
         """Register subscriptions loaded from Redis (before ``start``), each in a slot (a slot
@@ -223,17 +230,32 @@ class Engine:
         self, msgs: Sequence[Message], payloads: Sequence[bytes], fields: Sequence[str]
     ) -> list[asyncio.Future]:
         """Publish a batch in order, all or nothing: every message is checked before any is
-        queued. ``fields`` names each message in errors."""
+        queued. ``fields`` names each message in errors. A stored message (ttl > 0) that would
+        make more than ``max_live_messages`` live or waiting is OverloadedError; a message
+        counts from here until the first round at or after its expiry (while messages are live
+        a round runs at least every ``tick_s``). O(len(msgs))."""
         self._check_open()
         if len(self._pending) + len(msgs) > self.queue_max:
             self.stats["rejected_overload"] += 1
             raise OverloadedError(f"{len(self._pending)} operations waiting; retry later")
         self._mark_first()
+        room = self.max_live_messages - len(self.live) - self._stored_waiting
+        stored = 0
         for m, f in zip(msgs, fields, strict=True):
-            if m.ttl and m.id in self.live:
-                raise ValidationError(f"{f}.id", m.id, "a live message already has this id")
+            if m.ttl:
+                if m.id in self.live:
+                    raise ValidationError(f"{f}.id", m.id, "a live message already has this id")
+                stored += 1
+                if stored > room:
+                    self.stats["rejected_live_cap"] += 1
+                    raise OverloadedError(
+                        f"{f}.ttl_s={m.ttl!r}: {self.max_live_messages - room} stored messages "
+                        f"live or waiting, at most max_live_messages={self.max_live_messages}; "
+                        "retry once some expire"
+                    )
         loop = asyncio.get_running_loop()
         ops = [Op("pub", m, loop.create_future(), p) for m, p in zip(msgs, payloads, strict=True)]
+        self._stored_waiting += stored
         self._queued(ops)
         return [op.future for op in ops]
 
@@ -480,6 +502,7 @@ class Engine:
                 else self.pm.overlapping(location_bbox(m.location))
             )
             if m.ttl:
+                self._stored_waiting -= 1
                 self.live[m.id] = (op.payload, now + m.ttl)
                 heapq.heappush(self._expiry, (now + m.ttl, m.id))
                 if len(targets) > 1:

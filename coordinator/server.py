@@ -120,6 +120,7 @@ class Coordinator:
             batch_max=s.batch_max,
             batch_delay_ms=s.batch_delay_ms,
             queue_max=s.queue_max,
+            max_live_messages=s.max_live_messages,
             clock=self.clock,
             slots=self.slots,
             on_failure=self._engine_failed,
@@ -299,7 +300,12 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
         else:
             raise ValidationError("message", None, "required")
         msgs = [
-            from_proto_message(m, default_id=m.id or Engine.new_message_id(), field=f)
+            from_proto_message(
+                m,
+                default_id=m.id or Engine.new_message_id(),
+                field=f,
+                max_ttl_s=self.app.settings.max_ttl_s,
+            )
             for m, f in zip(protos, fields, strict=True)
         ]
         if batch:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from shard.errors import ValidationError
+from shard.limits import MAX_TTL_S
 
 ENV_PREFIX = "GEOPUBSUB_"
 
@@ -42,6 +43,17 @@ class Settings:
     one is, the next round gathers until it is back or ``batch_max`` operations wait)."""
     queue_max: int = 100_000
     """Pending publishes per shard before Publish answers RESOURCE_EXHAUSTED."""
+    max_ttl_s: float = 86_400.0
+    """Longest ``ttl_s`` a Publish may give (a day); longer is INVALID_ARGUMENT. At most
+    ``shard.limits.MAX_TTL_S`` (30 days), the ceiling of every input path."""
+    max_live_messages: int = 1_000_000
+    """Stored messages (ttl_s > 0) live or waiting for their round at once; a Publish that would
+    pass it answers RESOURCE_EXHAUSTED. Each costs memory in the coordinator and in every shard
+    it reaches until it expires."""
+    redis_maxmemory_mb: int = 4096
+    """``maxmemory`` of the private redis-server ``geopubsub up`` starts (policy ``noeviction``:
+    a write that would pass it is refused, and the coordinator answers RESOURCE_EXHAUSTED);
+    0: unlimited. Not applied to a Redis given by ``redis_url``."""
     retention_max: int = 10_000
     """Deliveries kept per subscription in the Redis retention log."""
     retention_s: float = 3600.0
@@ -69,6 +81,16 @@ class Settings:
         _check(self.batch_max >= 1, "batch_max", self.batch_max, ">= 1")
         _check(self.batch_delay_ms >= 0, "batch_delay_ms", self.batch_delay_ms, ">= 0")
         _check(self.queue_max >= 1, "queue_max", self.queue_max, ">= 1")
+        _check(
+            0 < self.max_ttl_s <= MAX_TTL_S, "max_ttl_s", self.max_ttl_s, f"in (0, {MAX_TTL_S:.0f}]"
+        )
+        _check(self.max_live_messages >= 1, "max_live_messages", self.max_live_messages, ">= 1")
+        _check(
+            self.redis_maxmemory_mb >= 0,
+            "redis_maxmemory_mb",
+            self.redis_maxmemory_mb,
+            ">= 0 (0: unlimited)",
+        )
         _check(self.retention_max >= 1, "retention_max", self.retention_max, ">= 1")
         _check(self.retention_s > 0, "retention_s", self.retention_s, "> 0")
         _check(self.log_max_mb >= 1, "log_max_mb", self.log_max_mb, ">= 1")

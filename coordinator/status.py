@@ -26,6 +26,7 @@ from shard.errors import (
     GeoPubSubError,
     NotFoundError,
     OverloadedError,
+    StoreFullError,
     UnavailableError,
     ValidationError,
 )
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 STATUS_CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (ValidationError, grpc.StatusCode.INVALID_ARGUMENT),  # ExpressionError included
     (NotFoundError, grpc.StatusCode.NOT_FOUND),
+    (StoreFullError, grpc.StatusCode.RESOURCE_EXHAUSTED),  # an UnavailableError: before it
     (UnavailableError, grpc.StatusCode.UNAVAILABLE),
     (OverloadedError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     # A wait bounded by the call's deadline (asyncio.timeout(context.time_remaining())) ran out.

@@ -266,7 +266,7 @@ def start(
             redis_url = settings.redis_url
             _check_redis(redis_url)
         else:
-            redis_server = RedisServer(data_dir).start()
+            redis_server = RedisServer(data_dir, maxmemory_mb=settings.redis_maxmemory_mb).start()
             redis_url = redis_server.url
         resolved = dataclasses.replace(settings, data_dir=str(data_dir), redis_url=redis_url)
         config = data_dir / CONFIG_FILE

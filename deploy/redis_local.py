@@ -5,7 +5,9 @@ with the append-only file on, so that the subscriptions the coordinator stored s
 the cluster (RDB snapshots are off: the AOF is the persistence, and background saves would compete
 with the shards for this machine's two cores; the AOF is rewritten only when it has grown
 ``AOF_REWRITE_PERCENTAGE`` % past its last rewrite). ``SHUTDOWN`` flushes and fsyncs the AOF; a killed
-server loses at most the last second of writes (``appendfsync everysec``).
+server loses at most the last second of writes (``appendfsync everysec``). Its memory is capped at
+``maxmemory_mb`` with the ``noeviction`` policy: past it Redis refuses writes (the coordinator
+answers RESOURCE_EXHAUSTED) instead of evicting subscriptions or growing until the machine swaps.
 
 ::
 
@@ -84,8 +86,9 @@ class RedisServer:
     """A ``redis-server`` child process with its data in ``<data_dir>/redis/``.
 
     ``start()`` returns once PING answers; ``stop()`` sends SHUTDOWN (flushing the AOF), then
-    SIGTERM, then SIGKILL. ``port=0`` picks a free port. ``extra_args`` are appended to the
-    command line (``["--maxmemory", "2gb"]``).
+    SIGTERM, then SIGKILL. ``port=0`` picks a free port. ``maxmemory_mb`` caps its memory
+    (policy ``noeviction``: writes past it are refused; 0: unlimited). ``extra_args`` are appended
+    to the command line (``["--hz", "20"]``).
     """
 
     def __init__(
@@ -94,12 +97,14 @@ class RedisServer:
         *,
         port: int = 0,
         binary: str | None = None,
+        maxmemory_mb: int = 0,
         extra_args: Sequence[str] = (),
     ) -> None:
         self.dir = redis_dir(data_dir).resolve()
         self.log_path = self.dir / LOG_NAME
         self.port = port
         self.binary = binary
+        self.maxmemory_mb = maxmemory_mb
         self.extra_args = tuple(extra_args)
         self.process: subprocess.Popen | None = None
         self.started: int | None = None
@@ -126,6 +131,8 @@ class RedisServer:
             "--save", "",
             "--daemonize", "no",
             "--logfile", str(self.log_path),
+            "--maxmemory", f"{self.maxmemory_mb}mb",
+            "--maxmemory-policy", "noeviction",
             *self.extra_args,
         ]  # fmt: skip
 

@@ -7,7 +7,8 @@
     │   └── ExpressionError    a keyword expression that does not parse  -> INVALID_ARGUMENT
     ├── NotFoundError          an unknown id                             -> NOT_FOUND
     ├── UnavailableError       a shard or Redis cannot be reached        -> UNAVAILABLE
-    └── OverloadedError        backpressure: a bounded queue is full     -> RESOURCE_EXHAUSTED
+    │   └── StoreFullError     Redis at its maxmemory refuses writes     -> RESOURCE_EXHAUSTED
+    └── OverloadedError        backpressure: a queue or store is full    -> RESOURCE_EXHAUSTED
 
 The mapping to gRPC status codes lives in one place in the coordinator.
 """
@@ -61,8 +62,15 @@ class UnavailableError(GeoPubSubError):
     """A shard or Redis could not be reached."""
 
 
+class StoreFullError(UnavailableError):
+    """Redis refused a write at its maxmemory (policy noeviction); nothing of it was written.
+    Code that waits for Redis to take writes again treats it as the UnavailableError it is; a
+    client gets RESOURCE_EXHAUSTED (it is full, not down)."""
+
+
 class OverloadedError(GeoPubSubError):
-    """A bounded buffer is full; the caller should retry later."""
+    """A bounded buffer or store is full (waiting operations, live messages); the caller should
+    retry later."""
 
 
 def _show(value: Any) -> str:

@@ -13,7 +13,13 @@ from __future__ import annotations
 import re
 
 from shard.errors import ExpressionError
-from shard.limits import MAX_CLAUSE_TERMS, MAX_CLAUSES, MAX_EXPR_LEN, MAX_TERM_LEN
+from shard.limits import (
+    MAX_CLAUSE_TERMS,
+    MAX_CLAUSES,
+    MAX_EXPR_DEPTH,
+    MAX_EXPR_LEN,
+    MAX_TERM_LEN,
+)
 from shard.terms import normalize_term
 
 DNF = tuple[tuple[str, ...], ...]
@@ -57,6 +63,23 @@ def _tokens(text: str) -> list[tuple[str, str, int]]:
     return out
 
 
+def _check_depth(text: str, toks: list[tuple[str, str, int]]) -> None:
+    """Reject parentheses nested deeper than ``MAX_EXPR_DEPTH`` before the recursive parser
+    sees them (chains of AND / OR are parsed in loops and need no bound). O(tokens)."""
+    depth = 0
+    for kind, _, start in toks:
+        if kind == "(":
+            depth += 1
+            if depth > MAX_EXPR_DEPTH:
+                raise ExpressionError(
+                    "expr",
+                    text,
+                    f"parentheses nested more than {MAX_EXPR_DEPTH} deep at position {start}",
+                )
+        elif kind == ")" and depth:
+            depth -= 1
+
+
 def _absorb(clauses: set[frozenset[str]]) -> set[frozenset[str]]:
     """Drop clauses that are supersets of another clause (they can never add a match)."""
     ordered = sorted(clauses, key=len)
@@ -70,7 +93,8 @@ def _absorb(clauses: set[frozenset[str]]) -> set[frozenset[str]]:
 def parse_expr(text: str) -> DNF:
     """Parse ``text`` into DNF: sorted clauses of sorted unique normalized terms.
 
-    Raises ExpressionError (field ``expr``) naming the problem and its position.
+    Raises ExpressionError (field ``expr``) naming the problem and its position; parentheses
+    nest at most ``MAX_EXPR_DEPTH`` deep.
 
     >>> parse_expr("ipad AND (discount OR sale)")
     (('discount', 'ipad'), ('ipad', 'sale'))
@@ -84,6 +108,7 @@ def parse_expr(text: str) -> DNF:
     toks = _tokens(text)
     if not toks:
         raise ExpressionError("expr", text, "empty expression")
+    _check_depth(text, toks)
     pos = 0
 
     def peek() -> tuple[str, str, int] | None:

@@ -15,6 +15,13 @@ MAX_CLAUSE_TERMS = 16
 MAX_EXPR_LEN = 4096
 """Characters of an ``expr``."""
 
+MAX_EXPR_DEPTH = 32
+"""Parentheses nested in an ``expr``. The parser recurses three Python frames per level, so an
+unbounded depth hits Python's recursion limit (1,000 frames) at about 330 levels (a
+RecursionError, not an error naming the field). 32 keeps the parser far from it; a level that is
+not redundant needs an OR inside and another factor beside it, so one within ``MAX_CLAUSE_TERMS``
+and ``MAX_CLAUSES`` rarely nests half as deep."""
+
 MAX_TERM_LEN = 64
 """Characters of one normalized term."""
 
@@ -23,6 +30,12 @@ MAX_MESSAGE_TERMS = 256
 
 MAX_TEXT_LEN = 16384
 """Characters of a message's ``text``."""
+
+MAX_TTL_S = 30 * 86_400.0
+"""Longest ``ttl`` of a stored message, seconds (30 days). A live message holds memory in the
+coordinator and in every shard it reaches until it expires, and no restart keeps it
+(docs/LIMITS.md), so a ttl of years (1e308 was accepted) only pins memory; 30 days is a generous
+ceiling for a geo-tagged message. A cluster sets a lower one (``max_ttl_s``, a day by default)."""
 
 MAX_RADIUS_M = 20_000_000.0
 """Largest circle radius, metres (about half the earth's circumference)."""

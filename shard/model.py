@@ -13,7 +13,7 @@ from typing import Any
 
 from shard.errors import ValidationError
 from shard.expr import parse_expr
-from shard.limits import MAX_ID_LEN, MAX_KEYWORDS, MAX_RADIUS_M, MAX_TEXT_LEN
+from shard.limits import MAX_ID_LEN, MAX_KEYWORDS, MAX_RADIUS_M, MAX_TEXT_LEN, MAX_TTL_S
 from shard.terms import check_term, message_terms, normalize_term
 
 
@@ -259,6 +259,12 @@ def message_from_dict(d: Mapping[str, Any], *, allow_empty_id: bool = False) -> 
         ttl = _number("ttl", ttl)
         if ttl < 0:
             raise ValidationError("ttl", d["ttl"], "must be >= 0 seconds")
+        if ttl > MAX_TTL_S:
+            raise ValidationError(
+                "ttl",
+                d["ttl"],
+                f"must be at most {MAX_TTL_S:.0f} seconds ({MAX_TTL_S / 86400:g} days)",
+            )
     return Message(mid, terms, location, ttl, tuple(kws), text)
 
 

@@ -186,6 +186,32 @@ def test_shard_calls_is_channel_or_ray_and_a_bad_value_is_named():
     assert e.value.field == "shard_calls" and e.value.value == "grpc"
 
 
+def test_resource_limit_settings_load_like_the_others_and_bad_values_are_named():
+    from coordinator.settings import Settings
+    from shard.errors import ValidationError
+
+    d = Settings()
+    assert (d.max_ttl_s, d.max_live_messages, d.redis_maxmemory_mb) == (86400.0, 1_000_000, 4096)
+    s = Settings.load(
+        env={
+            "GEOPUBSUB_MAX_TTL_S": "3600",
+            "GEOPUBSUB_MAX_LIVE_MESSAGES": "10",
+            "GEOPUBSUB_REDIS_MAXMEMORY_MB": "0",
+        }
+    )
+    assert (s.max_ttl_s, s.max_live_messages, s.redis_maxmemory_mb) == (3600.0, 10, 0)
+    bad = [
+        ("max_ttl_s", 30 * 86400 + 1.0),  # past shard.limits.MAX_TTL_S
+        ("max_ttl_s", 0.0),
+        ("max_live_messages", 0),
+        ("redis_maxmemory_mb", -1),
+    ]
+    for name, value in bad:
+        with pytest.raises(ValidationError) as e:
+            Settings(**{name: value})
+        assert (e.value.field, e.value.value) == (name, value)
+
+
 def test_target_comes_from_the_flag_then_cluster_json_then_the_default(tmp_path):
     parser = build_parser()
     args = parser.parse_args(["stats", "--data-dir", str(tmp_path)])

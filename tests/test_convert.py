@@ -25,6 +25,7 @@ from coordinator.convert import (
 )
 from geopubsub.v1 import geopubsub_pb2 as pb
 from shard.errors import ExpressionError, ValidationError
+from shard.limits import MAX_TTL_S
 from shard.model import (
     Circle,
     Message,
@@ -286,6 +287,8 @@ def test_message_built_in_code_with_terms_only():
         ({"point": None}, "message.point", None),
         ({"ttl_s": -1}, "message.ttl_s", -1),
         ({"ttl_s": math.inf}, "message.ttl_s", math.inf),
+        ({"ttl_s": 1e308}, "message.ttl_s", 1e308),
+        ({"ttl_s": MAX_TTL_S + 1}, "message.ttl_s", MAX_TTL_S + 1),
         ({"text": "a" * 16385, "keywords": []}, "message.text", "a" * 16385),
         ({"id": "\n"}, "message.id", "\n"),
     ],
@@ -296,6 +299,23 @@ def test_invalid_message_names_the_field_and_value(change, field, value):
     with pytest.raises(ValidationError) as e:
         from_proto_message(pb.Message(**args), default_id="unused")
     assert (e.value.field, e.value.value) == (field, value)
+
+
+@pytest.mark.parametrize("location", ["point", "rect"])  # the fast path and the long way
+def test_the_clusters_max_ttl_names_the_field_and_value(location):
+    def message(ttl_s):
+        m = pb.Message(id="m", keywords=["x"], ttl_s=ttl_s)
+        getattr(m, location).CopyFrom(pb.Point() if location == "point" else pb.Rect())
+        return m
+
+    assert from_proto_message(message(60.0), default_id="d", max_ttl_s=60.0).ttl == 60.0
+    with pytest.raises(ValidationError) as e:
+        from_proto_message(message(60.5), default_id="d", field="messages[2]", max_ttl_s=60.0)
+    assert (e.value.field, e.value.value) == ("messages[2].ttl_s", 60.5)
+    assert "at most 60 seconds (the max_ttl_s setting)" in str(e.value)
+    with pytest.raises(ValidationError) as e:  # past MAX_TTL_S: the core's rule names it
+        from_proto_message(message(1e308), default_id="d", max_ttl_s=60.0)
+    assert (e.value.field, e.value.value) == ("message.ttl_s", 1e308)
 
 
 def test_nan_ttl_is_rejected():
@@ -375,7 +395,7 @@ def _message_cases():
     keyword_sets = [[], ["iPad"], ["ＩＰＡＤ", "Straße"], [" "], ["a" * 65], ["A", "a"], ["x"] * 3]
     texts = ["", "iPad sale, today!", "x" * 16385, "   "]
     coords = [0.0, -0.0, 180.0, -180.0, 180.0001, 90.0, -90.0, 90.5, math.nan, math.inf]
-    ttls = [0.0, 5.0, -1.0, math.nan, math.inf, 1e-9]
+    ttls = [0.0, 5.0, -1.0, math.nan, math.inf, 1e-9, 6.0, MAX_TTL_S, MAX_TTL_S + 1, 1e308]
     for _ in range(1500):  # valid ones, some with text and non-ASCII keywords
         m = pb.Message(
             id=f"m{rng.randrange(10**6)}",
@@ -412,11 +432,14 @@ def test_message_fast_path_equals_the_workload_form_validation():
 
     seen = {"ok": 0, "error": 0}
     for m in _message_cases():
-        fast = outcome(from_proto_message, m, default_id="d", field="messages[3]")
-        slow = outcome(_message_via_dict, m, m.id or "d", "messages[3]")
-        assert fast == slow, m
-        seen[fast[0]] += 1
-    assert seen["ok"] > 1500 and seen["error"] > 2000, seen
+        for max_ttl_s in (MAX_TTL_S, 5.0):
+            fast = outcome(
+                from_proto_message, m, default_id="d", field="messages[3]", max_ttl_s=max_ttl_s
+            )
+            slow = outcome(_message_via_dict, m, m.id or "d", "messages[3]", max_ttl_s)
+            assert fast == slow, (m, max_ttl_s)
+            seen[fast[0]] += 1
+    assert seen["ok"] > 3000 and seen["error"] > 4000, seen
 
 
 def test_location_requests_single_or_batched_name_the_bad_move():

@@ -7,6 +7,7 @@ import uuid
 
 import grpc
 import pytest
+import redis
 
 from coordinator.convert import to_proto_subscription
 from coordinator.server import create_server, stop_server
@@ -15,7 +16,8 @@ from coordinator.shards import LocalShard
 from deploy.redis_local import RedisServer
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
-from shard.model import Rect, Subscription
+from shard.errors import StoreFullError
+from shard.model import Rect, Subscription, subscription_from_dict
 
 
 @pytest.fixture(scope="module")
@@ -154,5 +156,211 @@ def test_a_round_loop_that_dies_answers_unavailable_and_says_so():
         with pytest.raises(UnavailableError, match="round loop failed.*numbering broke"):
             eng.publish_many(_messages(1, "b"), [b""], ["m"])
         await eng.stop()
+
+    asyncio.run(main())
+
+
+def test_stored_messages_past_max_live_messages_are_refused_whole_until_some_expire():
+    """Stored messages count while they wait for their round and while live; a batch that
+    would pass the cap queues nothing; one-shot messages never count; an expiry frees room."""
+    from shard.errors import OverloadedError
+    from shard.model import Message, Point
+
+    async def main():
+        t = [1000.0]
+        shards = [LocalShard(k) for k in range(2)]
+        eng = _engine(shards, max_live_messages=3, clock=lambda: t[0])
+        eng.start()
+        stored = [
+            Message(f"s{i}", ("x",), Point(-10.0 + 20 * (i % 2), 0), ttl=10.0) for i in range(5)
+        ]
+        one_shot = _messages(4, "o")
+        fields = [f"messages[{i}]" for i in range(3)]
+        first = eng.publish_many(stored[:2], [b""] * 2, fields[:2])  # waiting, not yet live
+        with pytest.raises(OverloadedError) as e:
+            eng.publish_many([one_shot[0], stored[2], stored[3]], [b""] * 3, fields)
+        assert str(e.value) == (
+            "messages[2].ttl_s=10.0: 2 stored messages live or waiting, at most "
+            "max_live_messages=3; retry once some expire"
+        )
+        assert eng.stats["rejected_live_cap"] == 1
+        await asyncio.gather(*first)
+        assert sorted(eng.live) == ["s0", "s1"]  # the refused batch queued nothing
+        await asyncio.gather(*eng.publish_many(one_shot, [b""] * 4, ["m"] * 4))
+        await asyncio.gather(*eng.publish_many([stored[2]], [b""], ["message"]))
+        with pytest.raises(OverloadedError, match=r"^message\.ttl_s=10\.0: 3 stored .*=3;"):
+            eng.publish_many([stored[3]], [b""], ["message"])
+        assert eng.stats["rejected_live_cap"] == 2 and len(eng.live) == 3
+        t[0] += 10.0  # all three expire; the next round drops them
+        await asyncio.gather(*eng.publish_many(one_shot[:1], [b""], ["message"]))
+        assert eng.live == {}
+        await asyncio.gather(*eng.publish_many(stored[3:], [b""] * 2, fields[:2]))
+        assert sorted(eng.live) == ["s3", "s4"]
+        await eng.stop()
+
+    asyncio.run(main())
+
+
+async def _refused(call) -> grpc.aio.AioRpcError:
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await call
+    return e.value
+
+
+def _msg(ttl_s: float, **kw) -> pb.Message:
+    return pb.Message(keywords=["x"], point=pb.Point(lon=0.5, lat=0.5), ttl_s=ttl_s, **kw)
+
+
+def test_deep_expressions_long_ttls_and_the_live_cap_are_answered_by_name(redis_url):
+    """Through gRPC: 400 nested parentheses are INVALID_ARGUMENT (they were a RecursionError,
+    INTERNAL), a ttl past ``max_ttl_s`` (or MAX_TTL_S) INVALID_ARGUMENT, a stored message past
+    ``max_live_messages`` RESOURCE_EXHAUSTED; each names the field and the value, and a refused
+    request publishes nothing."""
+    invalid, exhausted = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED
+
+    async def main():
+        s = Settings.load(
+            flags={
+                "port": 0,
+                "redis_url": redis_url,
+                "namespace": uuid.uuid4().hex,
+                "max_ttl_s": 60.0,
+                "max_live_messages": 2,
+            }
+        )
+        server, port, app = await create_server(s, lambda k: LocalShard(k))
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            stub = pb_grpc.GeoPubSubStub(ch)
+            deep = pb.Subscription(
+                id="deep", expr="(" * 400 + "x" + ")" * 400, rect=pb.Rect(max_lon=1, max_lat=1)
+            )
+            e = await _refused(stub.Subscribe(pb.SubscribeRequest(subscription=deep)))
+            assert e.code() == invalid, e.details()
+            assert e.details().startswith("subscription.expr='((((")
+            assert e.details().endswith(": parentheses nested more than 32 deep at position 32")
+
+            e = await _refused(stub.Publish(pb.PublishRequest(message=_msg(60.5))))
+            assert (e.code(), e.details()) == (
+                invalid,
+                "message.ttl_s=60.5: must be at most 60 seconds (the max_ttl_s setting)",
+            )
+            batch = [_msg(0.0), _msg(1e308)]
+            e = await _refused(stub.Publish(pb.PublishRequest(messages=batch)))
+            assert e.code() == invalid
+            assert e.details().startswith("messages[1].ttl_s=1e+308: must be at most 2592000")
+
+            ok = await stub.Publish(pb.PublishRequest(message=_msg(60.0, id="a")))
+            assert ok.id == "a"
+            batch = [_msg(0.0), _msg(5.0, id="b"), _msg(5.0, id="c")]
+            e = await _refused(stub.Publish(pb.PublishRequest(messages=batch)))
+            assert (e.code(), e.details()) == (
+                exhausted,
+                "messages[2].ttl_s=5.0: 1 stored messages live or waiting, at most "
+                "max_live_messages=2; retry once some expire",
+            )
+            await stub.Publish(pb.PublishRequest(message=_msg(5.0, id="b")))
+            e = await _refused(stub.Publish(pb.PublishRequest(message=_msg(5.0, id="c"))))
+            assert e.code() == exhausted and e.details().startswith("message.ttl_s=5.0: 2 stored")
+            await stub.Publish(pb.PublishRequest(message=_msg(0.0)))  # one-shot: not counted
+            stats = await stub.GetStats(pb.GetStatsRequest())
+            assert (stats.published, stats.live_messages) == (3, 2)
+            assert app.engine.stats["rejected_live_cap"] == 2
+        await stop_server(server, app)
+
+    asyncio.run(main())
+
+
+@pytest.fixture
+def small_redis(tmp_path):
+    """A private redis-server capped at 2 MB (about 1 MB above an empty one), and a client."""
+    server = RedisServer(tmp_path, maxmemory_mb=2).start()
+    raw = redis.Redis.from_url(server.url)
+    yield server, raw
+    raw.close()
+    server.stop()
+
+
+def _fill(raw: redis.Redis) -> list[str]:
+    """Write values until Redis refuses even the smallest (its maxmemory: a refused write's
+    arguments count until it is refused, so large values alone leave room); their keys."""
+    keys: list[str] = []
+    for size in (65536, 4096, 256, 16, 1):
+        while len(keys) < 10_000:
+            try:
+                raw.set(f"filler:{len(keys)}", b"x" * size)
+            except redis.exceptions.OutOfMemoryError:
+                break
+            keys.append(f"filler:{len(keys)}")
+    assert keys and len(keys) < 10_000, "Redis did not fill up"
+    return keys
+
+
+def test_a_full_redis_answers_resource_exhausted_and_keeps_nothing_of_the_subscribe(small_redis):
+    """At its maxmemory (noeviction) Redis refuses writes: a Subscribe answers
+    RESOURCE_EXHAUSTED naming maxmemory (it was UNAVAILABLE), neither Redis nor the engine keeps
+    any of it, and once there is room again the same Subscribe succeeds."""
+    server, raw = small_redis
+    config = raw.config_get("maxmemory*")
+    assert (config["maxmemory"], config["maxmemory-policy"]) == (str(2 * 2**20), "noeviction")
+    ns = uuid.uuid4().hex
+    sub = pb.SubscribeRequest(
+        subscription=pb.Subscription(id="s1", keywords=["x"], rect=pb.Rect(max_lon=1, max_lat=1))
+    )
+
+    async def main():
+        s = Settings.load(flags={"port": 0, "redis_url": server.url, "namespace": ns})
+        srv, port, app = await create_server(s, lambda k: LocalShard(k))
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            stub = pb_grpc.GeoPubSubStub(ch)
+            filler = _fill(raw)
+            e = await _refused(stub.Subscribe(sub))
+            assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e.details()
+            assert f"redis at {server.url} is full" in e.details()
+            assert "maxmemory (policy noeviction)" in e.details()
+            e = await _refused(stub.GetSubscription(pb.GetSubscriptionRequest(id="s1")))
+            assert e.code() == grpc.StatusCode.NOT_FOUND
+            assert raw.keys(f"{ns}:sub*") == []
+            raw.delete(*filler)
+            await stub.Subscribe(sub)
+            got = await stub.GetSubscription(pb.GetSubscriptionRequest(id="s1"))
+            assert list(got.keywords) == ["x"]
+            assert raw.smembers(f"{ns}:subs") == {b"s1"}
+        await stop_server(srv, app)
+
+    asyncio.run(main())
+
+
+def test_one_subscription_is_written_whole_or_not_at_all_at_the_maxmemory_border(small_redis):
+    """Swept across the border of Redis's maxmemory, ``put_subscriptions`` of one subscription
+    (a Subscribe) leaves all of it or none (a pipeline left parts: the hash without the id in
+    the set, or the reverse)."""
+    from coordinator.metadata import Metadata
+
+    server, raw = small_redis
+    ns = uuid.uuid4().hex
+    big = subscription_from_dict(  # ~2.5 kB written: the border falls inside it
+        {"id": "s" * 128, "expr": " OR ".join(f"t{i:08d}" for i in range(60)), "rect": [0, 0, 1, 1]}
+    )
+    fields = {b"created", b"sub", b"shards", b"updated"}
+
+    async def main():
+        md = Metadata(server.url, ns)
+        await md.ping()
+        seen = set()
+        for margin in range(0, 8000, 200):
+            raw.delete(f"{ns}:sub:{big.id}", f"{ns}:subs")
+            raw.config_set("maxmemory", int(raw.info("memory")["used_memory"]) + margin)
+            try:
+                await md.put_subscriptions([(big, (0,))])
+                written = True
+            except StoreFullError:
+                written = False
+            finally:
+                raw.config_set("maxmemory", 2 * 2**20)
+            state = (set(raw.hkeys(f"{ns}:sub:{big.id}")), raw.smembers(f"{ns}:subs"))
+            assert state == ((fields, {big.id.encode()}) if written else (set(), set())), margin
+            seen.add(written)
+        assert seen == {True, False}  # the sweep crossed the border
+        await md.close()
 
     asyncio.run(main())

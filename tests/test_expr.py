@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from shard.errors import ExpressionError
 from shard.expr import format_dnf, parse_expr
+from shard.limits import MAX_EXPR_DEPTH, MAX_EXPR_LEN
 from shard.terms import message_terms, normalize_term, tokenize
 
 
@@ -63,6 +64,29 @@ def test_parse_errors(text, needle):
     with pytest.raises(ExpressionError) as e:
         parse_expr(text)
     assert e.value.field == "expr" and needle in str(e.value)
+
+
+def test_nesting_deeper_than_the_limit_is_an_error_not_a_recursion_error():
+    deep = "(" * 400 + "a" + ")" * 400  # a RecursionError (gRPC INTERNAL) before the limit
+    for text in (deep, "(" * 4000, "a AND " + "(" * (MAX_EXPR_DEPTH + 1) + "b"):
+        assert len(text) <= MAX_EXPR_LEN
+        with pytest.raises(ExpressionError) as e:
+            parse_expr(text)
+        assert e.value.field == "expr" and e.value.value == text
+        at = text.index("(" * (MAX_EXPR_DEPTH + 1)) + MAX_EXPR_DEPTH
+        assert f"nested more than {MAX_EXPR_DEPTH} deep at position {at}" in str(e.value)
+    at_limit = "(" * MAX_EXPR_DEPTH + "a" + ")" * MAX_EXPR_DEPTH
+    assert parse_expr(at_limit) == (("a",),)
+    assert parse_expr(" ".join(["(a)"] * 500)) == (("a",),)  # depth 1, many times
+
+
+def test_long_chains_of_and_or_parse_without_recursion():
+    for op in (" AND ", " OR ", " "):
+        text = op.join(["a"] * (MAX_EXPR_LEN // (len(op) + 1)))
+        assert len(text) <= MAX_EXPR_LEN
+        assert parse_expr(text) == (("a",),)
+    ors = " OR ".join(f"t{i % 64}" for i in range(600))
+    assert len(ors) <= MAX_EXPR_LEN and len(parse_expr(ors)) == 64
 
 
 def test_sixty_four_clauses_is_the_limit():

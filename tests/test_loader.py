@@ -37,6 +37,7 @@ BAD_ROWS = [
     {"id": "r9", "keywords": ["x"], "rect": [0, 0, 1, 1], "moving": "yes"},
     {"id": "r10", "keywords": ["x", 3], "rect": [0, 0, 1, 1]},
     {"keywords": ["x"], "rect": [0, 0, 1, 1]},
+    {"id": "r12", "expr": "(" * 400 + "x" + ")" * 400, "rect": [0, 0, 1, 1]},  # was RecursionError
 ]
 
 

@@ -73,7 +73,7 @@ def _report(tmp_path: Path) -> dict:
 
 
 def test_up_detached_hands_over_the_settings_and_down_stops_everything(tmp_path):
-    settings = _settings(tmp_path, shards=3, batch_max=9)
+    settings = _settings(tmp_path, shards=3, batch_max=9, redis_maxmemory_mb=64)
     # An inherited GEOPUBSUB_* variable must not override the resolved settings.
     out = _up_detached(settings, env={"GEOPUBSUB_BATCH_MAX": "7", "FAKE_COORDINATOR_LEFTOVER": "1"})
     manifest = local.read_manifest(tmp_path)
@@ -96,6 +96,8 @@ def test_up_detached_hands_over_the_settings_and_down_stops_everything(tmp_path)
     assert red["private"] and red["url"] == f"redis://127.0.0.1:{red['port']}/0"
     client = redis.Redis.from_url(red["url"], decode_responses=True)
     assert client.get("fake.key") == "written by the fake coordinator"
+    config = client.config_get("maxmemory*")
+    assert (config["maxmemory"], config["maxmemory-policy"]) == (str(64 * 2**20), "noeviction")
     client.set("kept", "across restarts")
     client.close()
     assert local.manifest_target(tmp_path) == coord["target"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from shard.errors import ExpressionError, ValidationError
+from shard.limits import MAX_TTL_S
 from shard.model import (
     Circle,
     Point,
@@ -144,6 +145,8 @@ def test_good_message_terms_from_keywords_and_text():
         (msg(ttl=-1), "ttl", -1),
         (msg(ttl=float("inf")), "ttl", float("inf")),
         (msg(ttl="5"), "ttl", "5"),
+        (msg(ttl=1e308), "ttl", 1e308),  # a message live forever
+        (msg(ttl=MAX_TTL_S + 1), "ttl", MAX_TTL_S + 1),
         (msg(extra=1), "extra", 1),
     ],
 )
@@ -153,6 +156,13 @@ def test_bad_message_names_field_and_value(d, field, value):
     assert e.value.field == field
     if value is not None:
         assert e.value.value == value
+
+
+def test_the_longest_ttl_is_thirty_days_and_the_error_says_so():
+    assert MAX_TTL_S == 30 * 86400
+    assert message_from_dict(msg(ttl=MAX_TTL_S)).ttl == MAX_TTL_S
+    with pytest.raises(ValidationError, match=r"ttl=2592001: must be at most 2592000 seconds"):
+        message_from_dict(msg(ttl=2592001))
 
 
 def test_message_empty_id_allowed_only_when_asked():

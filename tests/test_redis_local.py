@@ -30,6 +30,7 @@ def test_start_answers_ping_with_the_configuration_and_stop_ends_it(tmp_path):
         assert config["appendonly"] == "yes"
         assert config["bind"] == "127.0.0.1"
         assert config["save"] == ""
+        assert (config["maxmemory"], config["maxmemory-policy"]) == ("0", "noeviction")
         assert config["dir"] == str((tmp_path / "redis").resolve())
         assert int(config["port"]) == server.port != 0
         assert server.url == f"redis://127.0.0.1:{server.port}/0"
@@ -42,6 +43,18 @@ def test_start_answers_ping_with_the_configuration_and_stop_ends_it(tmp_path):
     assert not alive(pid)
     assert not ping(port)
     assert "User requested shutdown" in (tmp_path / "redis" / "redis.log").read_text()
+
+
+def test_maxmemory_caps_the_server_and_writes_past_it_are_refused(tmp_path):
+    with RedisServer(tmp_path, maxmemory_mb=2) as server:
+        client = redis.Redis.from_url(server.url)
+        assert client.config_get("maxmemory")["maxmemory"] == str(2 * 2**20)
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            for i in range(64):  # 4 MB
+                client.set(f"k{i}", b"x" * 65536)
+        assert client.dbsize() < 32  # nothing was evicted to make room: writes were refused
+        assert client.get("k0") == b"x" * 65536
+        client.close()
 
 
 def test_data_survives_a_restart(tmp_path):

@@ -16,6 +16,7 @@ from shard.errors import (
     ExpressionError,
     NotFoundError,
     OverloadedError,
+    StoreFullError,
     UnavailableError,
     ValidationError,
 )
@@ -46,6 +47,11 @@ ERRORS = {
         OverloadedError("publish queue full"),
         Code.RESOURCE_EXHAUSTED,
         "publish queue full",
+    ),
+    "store_full": (  # an UnavailableError (writers wait for Redis), full rather than down
+        StoreFullError("redis at redis://h:1/0 is full: it refused a write at its maxmemory"),
+        Code.RESOURCE_EXHAUSTED,
+        "redis at redis://h:1/0 is full: it refused a write at its maxmemory",
     ),
     "deadline": (TimeoutError(), Code.DEADLINE_EXCEEDED, "deadline exceeded"),
     "bug": (RuntimeError("secret internals"), Code.INTERNAL, "internal error (RuntimeError)"),
@@ -160,6 +166,8 @@ def test_success_and_the_methods_own_abort_pass_through():
 
 
 def test_status_for_without_a_server():
+    assert isinstance(StoreFullError("full"), UnavailableError)
+    assert status_for(StoreFullError("full"))[0] is Code.RESOURCE_EXHAUSTED
     assert status_for(ExpressionError("expr", "(", "unbalanced"))[0] is Code.INVALID_ARGUMENT
     assert status_for(KeyError("x")) == (Code.INTERNAL, "internal error (KeyError)")
     # NotFoundError is a KeyError too, but a deliberate one
