@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import struct
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
@@ -49,6 +50,8 @@ LEASE_STEP = 1024
 RETRY_S = (0.05, 1.0)
 """Back-off between attempts to write a round while Redis fails (first, most)."""
 _SIGN = ("+", "-")
+_EXPIRY = struct.Struct("<d")
+_POINT = struct.Struct("<dd")
 
 
 class _Stream:
@@ -95,6 +98,9 @@ class _Written:
     blob: bytes
     pub_ids: list[str]
     leases: list[tuple[bytes, int]]
+    state: tuple[list, list, list]
+    """The live messages it stored and expired, the positions it moved to
+    (``RoundLog.append``)."""
     followed: list[tuple[int, str]]
     delivery: Callable[[int, str], pb.Delivery]
     matched: dict[str, int]
@@ -177,7 +183,12 @@ class Deliveries:
                     matched[op.arg.id] = b - a  # a publish's deliveries are ADDs
         d = np.flatnonzero(durable)
         n, blob = 0, b""
-        if d.size or pub_ids or leases:
+        state = (
+            [(m.encode(), _EXPIRY.pack(e) + p) for m, e, p in rnd.stored],
+            [m.encode() for m in rnd.expired],
+            [(sid.encode(), _POINT.pack(x, y)) for sid, x, y in rnd.moved],
+        )
+        if d.size or pub_ids or leases or rnd.stored or rnd.expired or rnd.moved:
             n = self.log.next_round()
             blob = self._blob(n, rnd, slots, seqs, kinds, d, [matched[i] for i in pub_ids], pub_ids)
         # who follows a delivery is settled now, with the numbering (a stream that opens later
@@ -220,7 +231,7 @@ class Deliveries:
         if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(self._write_loop())
         await self._written.put(
-            _Written(rnd, n, blob, pub_ids, leases, followed, delivery, matched, answers)
+            _Written(rnd, n, blob, pub_ids, leases, state, followed, delivery, matched, answers)
         )
 
     def _blob(self, n, rnd, slots, seqs, kinds, d, pub_matched, pub_ids) -> bytes:
@@ -279,7 +290,9 @@ class Deliveries:
         pause = RETRY_S[0]
         while True:
             try:
-                dropped = await self.log.append(w.n, w.rnd.now, w.blob, w.pub_ids, w.leases)
+                dropped = await self.log.append(
+                    w.n, w.rnd.now, w.blob, w.pub_ids, w.leases, *w.state
+                )
             except UnavailableError:
                 self.log_failures += 1
                 if not self.log_failing:

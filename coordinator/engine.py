@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import heapq
 import logging
 import time
@@ -84,6 +85,19 @@ class Op:
     future: asyncio.Future
     payload: bytes = b""
     point: Point | None = None
+    replay: int = 0
+    """A live message stored again, its deliveries not made again: ``REPLAY_COUNT`` (at start:
+    the cross-shard counts are rebuilt too) or ``REPLAY_KEEP`` (into reloaded shards only)."""
+    expiry: float = 0.0
+    """A replayed message's expiry."""
+    only: frozenset[int] | None = None
+    """A replay's shards (None: all the message's)."""
+
+
+REPLAY_COUNT, REPLAY_KEEP = 1, 2
+REPLAY_MIN_TTL_S = 1e-3
+"""A replayed message whose expiry has passed is stored this long, so that the next round
+expires it and its holders get their REMOVEs."""
 
 
 @dataclass(slots=True)
@@ -142,7 +156,8 @@ class Engine:
         delivery stage, and kept over reloads)."""
         self.subs: dict[str, Subscription] = {}
         self.placement: dict[str, tuple[int, ...]] = {}
-        self.live: dict[str, tuple[bytes, float]] = {}
+        self.live: dict[str, tuple[Message, bytes, float]] = {}
+        """Stored messages not yet expired: (message, payload, expiry)."""
         self.multi: dict[str, dict[int, int]] = {}  # message on several shards -> slot -> count
         self._expiry: list[tuple[float, str]] = []
         self._pending: list[Op] = []
@@ -296,6 +311,41 @@ class Engine:
         self._queued(ops)
         return [op.future for op in ops]
 
+    def replay(
+        self,
+        entries: Sequence[tuple[Message, bytes, float]],
+        only: frozenset[int] | None = None,
+    ) -> None:
+        """Store live messages (message, payload, expiry) in the shards again, before every
+        operation waiting, without delivering them again: at start (``only`` None: the engine
+        learns them, and which subscriptions hold each, anew) or into shards ``only`` that
+        were reloaded (the engine knows them already)."""
+        if not entries:
+            return
+        loop = asyncio.get_running_loop()
+        kind = REPLAY_COUNT if only is None else REPLAY_KEEP
+        ops = [
+            Op("pub", m, loop.create_future(), p, replay=kind, expiry=e, only=only)
+            for m, p, e in entries
+        ]
+        if not self._pending:
+            self._first_at = loop.time()
+        self._pending[:0] = ops
+        self._wake.set()
+
+    def live_in(self, k: int) -> list[tuple[Message, bytes, float]]:
+        """The live messages shard ``k`` stores."""
+        pm = self.pm
+        return [
+            e
+            for e in self.live.values()
+            if (
+                pm.owner(e[0].location.lon, e[0].location.lat) == k
+                if isinstance(e[0].location, Point)
+                else k in pm.overlapping(location_bbox(e[0].location))
+            )
+        ]
+
     @staticmethod
     def new_message_id() -> str:
         return uuid.uuid4().hex
@@ -436,8 +486,9 @@ class Engine:
         rnd = Round(now)
         # expirations first (every shard advanced to now before its ops)
         self._merge([(slot(s), g, m) for k in ks for s, g, m in by_shard[k][0]], rnd)
-        self._expire(now)
+        rnd.expired = self._expire(now)
         multi = self.multi
+        live = self.live
         for op, places in zip(ops, where, strict=True):
             start = len(rnd.subs)
             if len(places) == 1 and op.kind == "pub" and op.arg.id not in multi:
@@ -448,9 +499,11 @@ class Engine:
                 if isinstance(part, Exception):
                     if not op.future.done():
                         _fail(op.future, part)
-                elif part:
+                elif part and not op.replay:
                     rnd.extend_adds(reached[k][i], op.arg.id)
                     rnd.payloads[op.arg.id] = op.payload
+                if op.arg.ttl and not op.replay:
+                    rnd.stored.append((op.arg.id, live[op.arg.id][2], op.payload))
                 rnd.spans.append((op, start, len(rnd.subs)))
                 continue
             parts = [by_shard[k][1][i] for k, i in places]
@@ -462,8 +515,14 @@ class Engine:
                 got = [
                     reached[k][i] for k, i in places if not isinstance(by_shard[k][1][i], Exception)
                 ]
-                self._merge([(s, "+", mid) for p in got for s in p], rnd, op)
+                if op.replay != REPLAY_KEEP:  # (a reloaded shard holds what it held)
+                    ups = [(s, "+", mid) for p in got for s in p]
+                    self._merge(ups, rnd, op, deliver=not op.replay)
+                if op.arg.ttl and not op.replay:
+                    rnd.stored.append((mid, live[mid][2], op.payload))
             else:
+                if op.kind == "move":
+                    rnd.moved.append((op.arg, op.point.lon, op.point.lat))
                 parts = [p for p in parts if not isinstance(p, Exception)]
                 self._merge([(slot(s), g, m) for p in parts for s, g, m in p], rnd, op)
                 if op.kind == "unsub":
@@ -475,8 +534,9 @@ class Engine:
         return rnd
 
     async def _reload_broken(self, now: float) -> None:
-        """Bulk-load each broken shard with the subscriptions placed on it (its live messages
-        are lost: their holders get no -m for them; see docs/LIMITS.md)."""
+        """Bulk-load each broken shard with the subscriptions placed on it, then store its live
+        messages in it again (``replay``: ahead of every operation waiting; rounds already
+        sent meet it without them)."""
         for k in sorted(self._broken):
             share = [s for sid, s in self.subs.items() if k in self.placement[sid]]
             try:
@@ -485,7 +545,14 @@ class Engine:
                 log.warning("shard %d could not be reloaded; will retry", k, exc_info=True)
                 continue
             self._broken.discard(k)
-            log.warning("shard %d reloaded with %d subscriptions", k, len(share))
+            live = self.live_in(k)
+            self.replay(live, only=frozenset((k,)))
+            log.warning(
+                "shard %d reloaded with %d subscriptions and %d live messages",
+                k,
+                len(share),
+                len(live),
+            )
 
     def _route(self, op: Op, per: list[list[tuple]], now: float) -> list[tuple[int, int]]:
         out: list[tuple[int, int]] = []
@@ -501,15 +568,22 @@ class Engine:
                 if isinstance(m.location, Point)
                 else self.pm.overlapping(location_bbox(m.location))
             )
-            if m.ttl:
-                self._stored_waiting -= 1
-                self.live[m.id] = (op.payload, now + m.ttl)
+            if op.replay:  # stored until its expiry; into the shards asked for
+                m = op.arg = dataclasses.replace(m, ttl=max(op.expiry - now, REPLAY_MIN_TTL_S))
+                if op.only is not None:
+                    targets = [k for k in targets if k in op.only]
+            if m.ttl and op.replay != REPLAY_KEEP:
+                if not op.replay:
+                    self._stored_waiting -= 1
+                    self.stats["published"] += 1
+                self.live[m.id] = (m, op.payload, now + m.ttl)
                 heapq.heappush(self._expiry, (now + m.ttl, m.id))
                 if len(targets) > 1:
                     self.multi[m.id] = {}
+            elif not op.replay:
+                self.stats["published"] += 1
             for k in targets:
                 send(k, ("pub", m))
-            self.stats["published"] += 1
         elif op.kind == "sub":
             s: Subscription = op.arg
             old = self.placement.get(s.id, ())
@@ -551,9 +625,15 @@ class Engine:
             self.stats["moves"] += 1
         return out
 
-    def _merge(self, ups: list[tuple[int, str, str]], rnd: Round, op: Op | None = None) -> None:
+    def _merge(
+        self,
+        ups: list[tuple[int, str, str]],
+        rnd: Round,
+        op: Op | None = None,
+        deliver: bool = True,
+    ) -> None:
         """Net one operation's updates (subscription slot, sign, message id) over the shards and
-        append its deliveries."""
+        append its deliveries (``deliver`` False: only count who holds what)."""
         if not ups:
             return
         net: dict[tuple[int, str], int] = {}
@@ -570,7 +650,7 @@ class Engine:
                     counts[s] = new
                 else:
                     counts.pop(s, None)
-                if (old > 0) == (new > 0):
+                if (old > 0) == (new > 0) or not deliver:
                     continue
                 add = new > 0
             elif d == 0:
@@ -582,7 +662,7 @@ class Engine:
                     rnd.payloads[m] = (
                         op.payload
                         if op is not None and op.kind == "pub" and op.arg.id == m
-                        else self.live.get(m, (b"", 0.0))[0]
+                        else self.live.get(m, (None, b"", 0.0))[1]
                     )
                 adds.append((s, m))
             else:
@@ -590,11 +670,17 @@ class Engine:
         for s, m in adds:
             rnd.add(s, 0, m)
 
-    def _expire(self, now: float) -> None:
+    def _expire(self, now: float) -> list[str]:
+        """Forget the messages expired by ``now``; returns their ids."""
+        out = []
         while self._expiry and self._expiry[0][0] <= now:
-            _, m = heapq.heappop(self._expiry)
-            self.live.pop(m, None)
-            self.multi.pop(m, None)
+            t, m = heapq.heappop(self._expiry)
+            got = self.live.get(m)
+            if got is not None and got[2] == t:  # (not a replay's older entry)
+                del self.live[m]
+                self.multi.pop(m, None)
+                out.append(m)
+        return out
 
 
 def _reached(out: list, tags) -> list:

@@ -54,6 +54,11 @@ class Metadata:
     def key(self, *parts: str) -> str:
         return ":".join((self.ns, *parts))
 
+    @property
+    def pos_key(self) -> str:
+        """The hash of moving subscriptions' last positions (``coordinator.retention``)."""
+        return self.key("pos")
+
     async def close(self) -> None:
         await self.r.aclose()
 
@@ -106,6 +111,7 @@ class Metadata:
         pipe = self.r.pipeline(transaction=False)
         for i in ids:
             pipe.delete(self.key("sub", i))
+            pipe.hdel(self.pos_key, i)
             pipe.srem(self.key("subs"), i)
             pipe.srem(codec.ephemeral_key(self.ns), i)
         await self._call(pipe.execute())

@@ -18,6 +18,10 @@ Keys (``{ns}`` is ``Settings.namespace``)::
     {ns}:lease       hash    subscription id -> the highest sequence number an ephemeral
                              subscription may have been given (``Deliveries`` extends it before
                              going past it; a restart continues from it)
+    {ns}:live        hash    message id -> ``<d`` expiry + payload: the stored messages not yet
+                             expired (a restart stores them in the shards again)
+    {ns}:pos         hash    moving subscription id -> ``<dd`` lon, lat: its centre after its
+                             last move (a restart puts it there)
 
 A blob (little-endian): ``HEAD`` ``<4sQdIIIIII``: magic, round, time, subscriptions, deliveries,
 messages, DIR length, published ids, PUB length; ``DIR``: "\\n" id "\\n" id ... "\\n" (ids are
@@ -57,23 +61,30 @@ APPEND_SCRIPT = b"""
 local n = ARGV[1]
 redis.call('SET', ARGV[2] .. n, ARGV[3], 'EX', ARGV[4])
 redis.call('SET', ARGV[5], n)
-local nl = tonumber(ARGV[7])
-local i = 8
-local stop = i + 2 * nl
-while i < stop do
-  local j = math.min(i + 999, stop - 1)
-  redis.call('HSET', ARGV[6], unpack(ARGV, i, j))
-  i = j + 1
+local i = 9
+local function each(cmd, key, width)
+  local stop = i + 1 + width * tonumber(ARGV[i])
+  i = i + 1
+  while i < stop do
+    local j = math.min(i + 1000 - 1, stop - 1)
+    redis.call(cmd, key, unpack(ARGV, i, j))
+    i = j + 1
+  end
 end
+each('HSET', ARGV[6], 2)
+each('HSET', ARGV[7], 2)
+each('HDEL', ARGV[7], 1)
+each('HSET', ARGV[8], 2)
 while i <= #ARGV do
   redis.call('DEL', ARGV[2] .. ARGV[i])
   i = i + 1
 end
 return 1
 """
-"""ARGV: round, blob prefix, blob, ttl, round_hi key, lease key, leases (count, then id, lease
-pairs; HSET 500 pairs at a time: Lua's unpack takes at most ~8,000 values), then the rounds to
-delete (trimmed)."""
+"""ARGV: round, blob prefix, blob, ttl, round_hi key, lease key, live key, position key; then
+four groups, each a count and its items: leases (id, sequence), live messages stored (id,
+``<d`` expiry + payload), live messages expired (id), positions (id, ``<dd`` lon, lat); then
+the rounds to delete (trimmed). Items go 1,000 values a command (Lua's unpack takes ~8,000)."""
 
 WALK_SCRIPT = b"""
 local prefix, pat = ARGV[1], '\\n' .. ARGV[2] .. '\\n'
@@ -147,6 +158,9 @@ class Recovered:
 
     heads: dict[str, tuple[int, int]] = field(default_factory=dict)
     leases: dict[str, int] = field(default_factory=dict)
+    live: list[tuple[bytes, float]] = field(default_factory=list)
+    """Stored messages not yet expired when the log was last written: (payload, expiry)."""
+    positions: dict[str, tuple[float, float]] = field(default_factory=dict)
     rounds: list[tuple[int, float, int, list[str]]] = field(default_factory=list)
     published: dict[str, int] = field(default_factory=dict)
     last_round: int = 0
@@ -273,6 +287,8 @@ class RoundLog:
         self.prefix = md.key("round", "").encode()
         self.hi_key = md.key("round_hi").encode()
         self.lease_key = md.key("lease").encode()
+        self.live_key = md.key("live").encode()
+        self.pos_key = md.pos_key.encode()
         self.last_round = 0
         """The last round number given out (``next_round``)."""
         self.kept: collections.deque[tuple[int, float, int, list[str]]] = collections.deque()
@@ -290,10 +306,15 @@ class RoundLog:
         blob: bytes,
         pub_ids: list[str],
         leases: Sequence[tuple[bytes, int]],
+        stored: Sequence[tuple[bytes, bytes]] = (),
+        expired: Sequence[bytes] = (),
+        moved: Sequence[tuple[bytes, bytes]] = (),
     ) -> list[str]:
-        """Write round ``n`` (and ``leases``: (id, highest sequence) of ephemeral
-        subscriptions), deleting the oldest rounds past the budgets in the same call. Returns
-        the client ids of the rounds dropped (their duplicates are no longer detected)."""
+        """Write round ``n``: its blob, ``leases`` (id, highest sequence of an ephemeral
+        subscription), the messages it stored (id, ``<d`` expiry + payload) and expired (id),
+        the positions it moved subscriptions to (id, ``<dd`` lon, lat); the oldest rounds past
+        the budgets are deleted in the same call. Returns the client ids of the rounds dropped
+        (their duplicates are no longer detected)."""
         self.kept.append((n, t, len(blob), pub_ids))
         self.bytes += len(blob)
         drop: list[tuple[int, float, int, list[str]]] = []
@@ -303,9 +324,27 @@ class RoundLog:
             self.bytes -= old[2]
             drop.append(old)
         ttl = b"%d" % max(1, int(self.retention_s * (1 + EXPIRE_SLACK)))
-        args = [b"%d" % n, self.prefix, blob, ttl, self.hi_key, self.lease_key, b"%d" % len(leases)]
-        for sid, q in leases:
-            args += (sid, b"%d" % q)
+        args = [
+            b"%d" % n,
+            self.prefix,
+            blob,
+            ttl,
+            self.hi_key,
+            self.lease_key,
+            self.live_key,
+            self.pos_key,
+            b"%d" % len(leases),
+        ]
+        for k, q in leases:
+            args += (k, b"%d" % q)
+        args.append(b"%d" % len(stored))
+        for k, v in stored:
+            args += (k, v)
+        args.append(b"%d" % len(expired))
+        args += expired
+        args.append(b"%d" % len(moved))
+        for k, v in moved:
+            args += (k, v)
         args += [b"%d" % d[0] for d in drop]
         try:
             await self.md.eval_packed(APPEND_SCRIPT, args)
@@ -383,6 +422,14 @@ class RoundLog:
         got.rounds.reverse()
         got.leases = {
             k.decode(): int(v) for k, v in (await self.md.hgetall(self.lease_key)).items()
+        }
+        got.live = [
+            (v[8:], struct.unpack_from("<d", v)[0])
+            for v in (await self.md.hgetall(self.live_key)).values()
+        ]
+        got.positions = {
+            k.decode(): struct.unpack("<dd", v)
+            for k, v in (await self.md.hgetall(self.pos_key)).items()
         }
         self.last_round = hi
         self.kept = collections.deque(got.rounds)

@@ -6,7 +6,9 @@ REMOVE (1) of message ``mids[midx[i]]``. ``mids`` lists each message of the roun
 retention log and the streams refer to a message by a small integer, and ``payloads`` holds the
 serialized Message of every message ADDed. ``spans`` pairs each operation with the index range
 of its deliveries; ``removed`` lists the subscriptions the round removed (their slots are given
-back once it is delivered).
+back once it is delivered); ``stored``, ``expired`` and ``moved`` are what the round changed of
+the live messages and the moving subscriptions' positions (written with the round, so that a
+restart rebuilds them exactly).
 
 >>> r = Round(1.0)
 >>> r.add(3, 0, "m"); r.add(4, 1, "n"); r.add(5, 0, "m")
@@ -33,6 +35,12 @@ class Round:
     payloads: dict[str, bytes] = field(default_factory=dict)
     spans: list[tuple[Any, int, int]] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    stored: list[tuple[str, float, bytes]] = field(default_factory=list)
+    """Messages stored by the round (ttl > 0): id, expiry, payload."""
+    expired: list[str] = field(default_factory=list)
+    """Stored messages the round expired."""
+    moved: list[tuple[str, float, float]] = field(default_factory=list)
+    """Moves routed in the round: subscription id, lon, lat (its new centre)."""
     _index: dict[str, int] = field(default_factory=dict)
 
     def __len__(self) -> int:

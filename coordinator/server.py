@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -35,10 +36,11 @@ from coordinator.slots import Slots
 from coordinator.status import grpc_errors
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
+from shard.applus.tree import recentre
 from shard.errors import NotFoundError, ValidationError
 from shard.geometry import region_bbox
 from shard.heap import freeze_long_lived
-from shard.model import Subscription
+from shard.model import Point, Subscription
 from shard.partition_map import PartitionMap
 
 log = logging.getLogger(__name__)
@@ -101,13 +103,22 @@ class Coordinator:
         log.info("loaded %d subscriptions into %d shards", n, len(shards))
         self._persist_task = asyncio.get_running_loop().create_task(self._persist_loop())
 
-    async def _load(self, shards: list[ShardHandle]) -> int:
+    def _live_entry(self, payload: bytes, expiry: float):
+        mp = pb.Message.FromString(payload)
+        return from_proto_message(mp, default_id=mp.id, field="live"), payload, expiry
+
+    async def _load(self, shards: list[ShardHandle], live=()) -> int:
         """Read the subscriptions, the ephemeral set and the partition map from Redis, bulk-load
         every shard and start a fresh engine over ``shards``. Returns the subscriptions."""
         s = self.settings
         subs: list[Subscription] = []
         async for batch in self.md.iter_subscriptions():
             subs.extend(batch)
+        got = None
+        if not self._recovered:  # numbering, log chains, positions, live messages: the log
+            got = await self.log.recover()
+            if got.positions:
+                subs = [_placed(s, got.positions.get(s.id)) for s in subs]
         self.slots.replace_ephemeral(await self.md.ephemeral_ids())
         pm = await self.md.load_partition_map()
         if pm is None or len(pm) != s.shards:
@@ -126,8 +137,7 @@ class Coordinator:
             on_failure=self._engine_failed,
         )
         per = self.engine.restore(subs)
-        if not self._recovered:  # numbering, log chains and published ids from the log
-            got = await self.log.recover()
+        if got is not None:
             self.slots.restore(got.heads, got.leases)
             self.dedupe.restore(got.published)
             self._recovered = True
@@ -145,6 +155,12 @@ class Coordinator:
         del subs, per
         freeze_long_lived()  # 1M subscriptions out of every later collection (shard.heap)
         self.engine.start()
+        # the live messages go back into the shards (no delivery made again): from the log at
+        # start, from the engine before at a reload
+        if got is not None:
+            self.engine.replay([self._live_entry(p, e) for p, e in got.live])
+        elif live:
+            self.engine.replay(live)
         return len(self.engine.subs)
 
     def _engine_failed(self, exc: BaseException) -> None:
@@ -159,12 +175,14 @@ class Coordinator:
 
     async def reload(self) -> int:
         """Rebuild every shard from Redis (after a bulk load) with the same shard actors:
-        operations waiting answer UNAVAILABLE, live messages are dropped."""
+        operations waiting answer UNAVAILABLE; the live messages are stored in the shards
+        again (a subscription the bulk load added that matches one gets its REMOVE at expiry
+        without an ADD before)."""
         async with self._reload_lock:
             old = self.engine
             await self._persist()
             await old.stop()
-            n = await self._load(old.shards)
+            n = await self._load(old.shards, list(old.live.values()))
             log.info("reloaded %d subscriptions", n)
             return n
 
@@ -218,6 +236,13 @@ def _check_batch_ids(msgs: Sequence) -> None:
             if m.id in seen:
                 raise ValidationError(f"messages[{i}].id", m.id, "given twice in the batch")
             seen.add(m.id)
+
+
+def _placed(sub: Subscription, pos: tuple[float, float] | None) -> Subscription:
+    """A moving subscription where its last move put it (``pos``: lon, lat)."""
+    if pos is None or not sub.moving:
+        return sub
+    return dataclasses.replace(sub, region=recentre(sub.region, Point(*pos)))
 
 
 def _centres(subs: Sequence[Subscription]) -> list[tuple[float, float]]:

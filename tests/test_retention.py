@@ -24,6 +24,7 @@ from deploy.redis_local import RedisServer
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.model import Message, Point, Rect, Subscription
+from shard.state import ShardState
 
 pytestmark = pytest.mark.redis
 
@@ -405,5 +406,100 @@ def test_a_stream_buffer_is_bounded_in_bytes_too(redis_url):
             await gen.aclose()
             assert [d.sequence for d in got] == list(range(1, 11))
             assert a.app.deliveries.dropped >= 6  # ~3 of ~330 bytes fit in 1,024
+
+    asyncio.run(main())
+
+
+# ---- live messages and positions across restarts and shard failures ---------------------------
+def _mover(sid: str, ephemeral: bool = False) -> pb.SubscribeRequest:
+    s = to_proto_subscription(Subscription(sid, (("x",),), Rect(-0.5, -0.5, 0.5, 0.5), True))
+    s.ephemeral = ephemeral
+    return pb.SubscribeRequest(subscription=s)
+
+
+async def _stored(stub, mid: str, point, ttl: float) -> None:
+    m = Message(mid, ("x",), Point(*point), ttl=ttl)
+    await stub.Publish(pb.PublishRequest(message=to_proto_message(m)))
+
+
+async def _move(stub, sid: str, point) -> list[tuple]:
+    r = await stub.UpdateLocation(
+        pb.UpdateLocationRequest(id=sid, point=pb.Point(lon=point[0], lat=point[1]))
+    )
+    return [(d.sequence, d.kind, d.message.id) for d in r.updates]
+
+
+ADD, REMOVE = pb.Delivery.ADD, pb.Delivery.REMOVE
+
+
+def test_live_messages_and_positions_survive_a_coordinator_crash(redis_url):
+    """A mover holds a live message when the coordinator dies: after the restart it is where it
+    was, leaving and entering the message gives exactly - and +, and the message's expiry
+    still brings the REMOVE (to the mover and to a static subscription)."""
+    ns = uuid.uuid4().hex
+
+    async def main():
+        async with Node(_settings(redis_url, ns)) as a:
+            await a.stub.Subscribe(_mover("mv"))
+            await a.stub.Subscribe(
+                pb.SubscribeRequest(
+                    subscription=to_proto_subscription(
+                        Subscription("st", (("x",),), Rect(4, 4, 6, 6))
+                    )
+                )
+            )
+            await _stored(a.stub, "L", (5, 5), ttl=4.0)
+            await _stored(a.stub, "gone", (-5, -5), ttl=0.5)  # expires while it is down
+            assert await _move(a.stub, "mv", (5, 5)) == [(1, ADD, "L")]
+            await a.crash()
+        await asyncio.sleep(0.6)
+        async with Node(_settings(redis_url, ns)) as b:
+            assert set(b.app.engine.live) == {"L", "gone"}  # both stored again
+            assert await _move(b.stub, "mv", (0, 0)) == [(2, REMOVE, "L")]
+            assert set(b.app.engine.live) == {"L"}  # "gone" expired in the first round
+            assert await _move(b.stub, "mv", (5.1, 5)) == [(3, ADD, "L")]
+            st = b.stub.StreamResults(pb.StreamResultsRequest(id="st", after_sequence=1))
+            mv = b.stub.StreamResults(pb.StreamResultsRequest(id="mv", after_sequence=3))
+            got_st = await asyncio.wait_for(st.read(), 10)
+            got_mv = await asyncio.wait_for(mv.read(), 10)
+            st.cancel()
+            mv.cancel()
+            assert (got_st.sequence, got_st.kind, got_st.message.id) == (2, REMOVE, "L")
+            assert (got_mv.sequence, got_mv.kind, got_mv.message.id) == (4, REMOVE, "L")
+            assert len(b.app.engine.live) == 0
+
+    asyncio.run(main())
+
+
+class LosingShard(LocalShard):
+    """A shard that, when told, fails a round and forgets everything (a crashed process)."""
+
+    lose = False
+
+    async def apply(self, ops, now):
+        if LosingShard.lose:
+            LosingShard.lose = False
+            self.state = ShardState(self.shard_id)
+            raise RuntimeError("shard process died")
+        return await super().apply(ops, now)
+
+
+def test_a_reloaded_shard_gets_its_live_messages_back(redis_url):
+    async def main():
+        s = _settings(redis_url, uuid.uuid4().hex, shards=1)
+        server, port, app = await create_server(s, lambda k: LosingShard(k))
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+                stub = pb_grpc.GeoPubSubStub(ch)
+                await stub.Subscribe(_mover("mv"))
+                await _stored(stub, "L", (5, 5), ttl=60.0)
+                LosingShard.lose = True
+                with pytest.raises(grpc.aio.AioRpcError) as e:
+                    await _stored(stub, "other", (7, 7), ttl=60.0)
+                assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+                assert await _move(stub, "mv", (5, 5)) == [(1, ADD, "L")]
+                assert (await stub.GetStats(pb.GetStatsRequest())).shards[0].live_messages >= 1
+        finally:
+            await stop_server(server, app)
 
     asyncio.run(main())
