@@ -139,8 +139,9 @@ class Deliveries:
         self.gaps = 0
         """GAP deliveries sent (ranges a stream could not serve)."""
         self.log_failures = 0
-        self.log_failing = False
-        """The last attempt to write a round failed (Redis unreachable)."""
+        self.log_failing: UnavailableError | None = None
+        """Why the last attempt to write a round failed (Redis unreachable or full), while it
+        has not succeeded since: new operations are refused with it (``check_writable``)."""
         self._written: asyncio.Queue = asyncio.Queue(WRITE_QUEUE)
         self._writer: asyncio.Task | None = None
         self._numbered = 0
@@ -293,21 +294,26 @@ class Deliveries:
                 dropped = await self.log.append(
                     w.n, w.rnd.now, w.blob, w.pub_ids, w.leases, *w.state
                 )
-            except UnavailableError:
+            except UnavailableError as exc:
                 self.log_failures += 1
                 if not self.log_failing:
-                    _log.warning(
-                        "the retention log cannot write round %d; retrying", w.n, exc_info=True
-                    )
-                self.log_failing = True
+                    _log.warning("the retention log cannot write round %d; retrying: %s", w.n, exc)
+                self.log_failing = exc
                 await asyncio.sleep(pause)
                 pause = min(2 * pause, RETRY_S[1])
                 continue
             if self.log_failing:
                 _log.warning("the retention log writes again (round %d)", w.n)
-            self.log_failing = False
+            self.log_failing = None
             self.dedupe.logged(w.matched, dropped)
             return
+
+    def check_writable(self) -> None:
+        """Refuse a new operation while the log cannot be written: it would only wait behind
+        the round being retried (UNAVAILABLE, or RESOURCE_EXHAUSTED when Redis is full)."""
+        err = self.log_failing
+        if err is not None:
+            raise type(err)(f"the retention log cannot be written, retrying: {err}")
 
     @staticmethod
     def _answer(w: _Written) -> None:

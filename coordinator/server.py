@@ -278,6 +278,7 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
         if not request.HasField("subscription"):
             raise ValidationError("subscription", None, "required")
         sub = from_proto_subscription(request.subscription)
+        self.app.deliveries.check_writable()
         ephemeral = request.subscription.ephemeral
         # Redis first (the source of truth): a call that times out while its round still
         # applies it must not leave a subscription that a restart forgets
@@ -311,6 +312,7 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
         """Validate a PublishRequest whole, then hand its message(s) to the engine. Returns
         (ids, futures, batch?)."""
         batch = len(request.messages) > 0
+        self.app.deliveries.check_writable()
         if batch:
             if request.HasField("message"):
                 raise ValidationError("message", "set", "give message or messages, not both")
@@ -392,6 +394,7 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
     def _submit_moves(self, request: pb.UpdateLocationRequest) -> list[asyncio.Future]:
         """Validate an UpdateLocationRequest whole, then hand its move(s) to the engine."""
         moves, fields = from_proto_location_request(request, MAX_MOVE_BATCH)
+        self.app.deliveries.check_writable()
         futs = self.engine.move_many(moves, fields)
         for sub_id, _ in moves:  # persisted by the next batch write even if the call times out
             self.app.moved(sub_id)
