@@ -179,7 +179,12 @@ class Deliveries:
         pending = self.dedupe.pending
         if pending:
             for op, a, b in rnd.spans:
-                if op.kind == "pub" and pending.get(op.arg.id) is op.future:
+                # (one that failed is not published: a retry must publish it)
+                if (
+                    op.kind == "pub"
+                    and not op.future.done()
+                    and pending.get(op.arg.id) is op.future
+                ):
                     pub_ids.append(op.arg.id)
                     matched[op.arg.id] = b - a  # a publish's deliveries are ADDs
         d = np.flatnonzero(durable)

@@ -552,3 +552,29 @@ def test_while_redis_is_down_new_operations_are_refused_and_the_log_heals_itself
                 server.stop()
 
     asyncio.run(main())
+
+
+def test_a_publish_that_failed_on_its_shard_is_published_when_retried(redis_url):
+    async def main():
+        s = _settings(redis_url, uuid.uuid4().hex, shards=1)
+        server, port, app = await create_server(s, lambda k: LosingShard(k))
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+                stub = pb_grpc.GeoPubSubStub(ch)
+                await stub.Subscribe(_sub("d"))
+                LosingShard.lose = True
+                with pytest.raises(grpc.aio.AioRpcError) as e:
+                    await _publish(stub, "again")
+                assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+                for _ in range(50):  # the shard is reloaded; then the retry is published
+                    try:
+                        r = await _publish(stub, "again")
+                        break
+                    except grpc.aio.AioRpcError:
+                        await asyncio.sleep(0.1)
+                assert r.matched == 1
+                assert _shape(await _read(stub, "d")) == [(1, "again")]
+        finally:
+            await stop_server(server, app)
+
+    asyncio.run(main())
