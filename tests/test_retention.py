@@ -566,6 +566,7 @@ def test_a_publish_that_failed_on_its_shard_is_published_when_retried(redis_url)
                 with pytest.raises(grpc.aio.AioRpcError) as e:
                     await _publish(stub, "again")
                 assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+                await asyncio.sleep(0.3)  # the failed round went through the delivery stage
                 for _ in range(50):  # the shard is reloaded; then the retry is published
                     try:
                         r = await _publish(stub, "again")
