@@ -23,6 +23,14 @@ shards currently hold the pair; an operation's updates are netted over all shard
 is made only when that count crosses zero; an operation's REMOVEs come before its ADDs. A move
 that crosses a shard boundary therefore gives
 exactly the ± difference the in-process AP+-Tree gives.
+
+Shard faults: a shard whose call fails (its actor died, or did not answer within the deadline its
+handle enforces) is *down*: that round's operations on it fail with UNAVAILABLE, and until it is
+back the operations routed to it fail at once, without a call, while the other shards' rounds go
+on. A task reloads it in the background from the subscriptions placed on it (retried with
+back-off; a shard whose actor is dead for good is first given a new actor by ``replace_shard``);
+the changes routed to it meanwhile (subscribe, unsubscribe, move) are kept and replayed right
+after the load, ahead of its next round, so it rejoins in step with the routing state.
 """
 
 from __future__ import annotations
@@ -41,7 +49,13 @@ from typing import Any, Protocol
 
 from coordinator.slots import Slots
 from shard.applus.tree import recentre
-from shard.errors import NotFoundError, OverloadedError, UnavailableError, ValidationError
+from shard.errors import (
+    NotFoundError,
+    OverloadedError,
+    ShardDeadError,
+    UnavailableError,
+    ValidationError,
+)
 from shard.geometry import region_bbox
 from shard.model import Message, Point, Rect, Subscription
 from shard.partition_map import PartitionMap
@@ -55,6 +69,12 @@ ROUNDS_IN_FLIGHT = 3
 """Rounds sent to the shards and not yet finished; later rounds are routed meanwhile."""
 DEFAULT_TICK_S = 0.25
 """Longest time between rounds while messages are live, so that expirations are delivered."""
+RELOAD_PAUSE_S = (0.25, 10.0)
+"""First and longest pause between two attempts to reload a shard that is down (doubling): a
+stopped shard is tried again soon, one that stays away is not called in a tight loop."""
+MISSED_MAX = 100_000
+"""Changes routed to a shard while it is being reloaded, kept to replay after the load; past
+this the load is made again from a fresh copy of its subscriptions instead."""
 
 
 class ShardHandle(Protocol):
@@ -96,6 +116,11 @@ class _Sent:
     ks: list[int]
     now: float
     results: asyncio.Future
+    generations: list[int]
+    """Each shard's reload count when the round was sent (a failure of a round sent before a
+    reload says nothing about the reloaded shard)."""
+    skipped: dict[int, UnavailableError]
+    """Shards that were down: not called, their share fails with the error."""
 
 
 @dataclass(slots=True)
@@ -147,6 +172,7 @@ class Engine:
         tick_s: float = DEFAULT_TICK_S,
         slots: Slots | None = None,
         on_failure: Callable[[BaseException], Any] | None = None,
+        replace_shard: Callable[[int], ShardHandle] | None = None,
     ) -> None:
         if len(shards) != len(pm):
             raise ValidationError("shards", len(shards), f"must equal the map's {len(pm)} parts")
@@ -172,7 +198,16 @@ class Engine:
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._last_now = -float("inf")
-        self._broken: set[int] = set()
+        self._down: dict[int, UnavailableError] = {}
+        """Shards being reloaded -> the error the operations routed to them get."""
+        self._missed: dict[int, list[tuple]] = {}
+        """Changes routed to a down shard since its current reload attempt copied its share."""
+        self._missed_overflow: set[int] = set()
+        self._reloads: dict[int, asyncio.Task] = {}
+        self._generation = [0] * len(self.shards)
+        self.replace_shard = replace_shard
+        """Makes a new handle for shard k when its actor is dead for good (the factory that
+        made the first one)."""
         self._stopped = False
         self._failure: str | None = None
         """Why the round loop died, if it did (``_loop_ended``)."""
@@ -206,6 +241,12 @@ class Engine:
 
     async def stop(self) -> None:
         self._stopped = True
+        for task in self._reloads.values():
+            task.cancel()
+        for task in list(self._reloads.values()):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._reloads.clear()
         if self._task is not None:
             if not self._task.done():  # (a loop that died was reported by ``_loop_ended``)
                 self._task.cancel()
@@ -381,15 +422,26 @@ class Engine:
 
     def _send(self, ops: list[Op]) -> _Sent:
         """Route a round and send every shard its share (one call each, not awaited)."""
-        now = max(self.clock(), self._last_now)
-        self._last_now = now
+        now = self._tick()
         per: list[list[tuple]] = [[] for _ in self.shards]
         where = [self._route(op, per, now) for op in ops]
-        ks = [k for k in range(len(self.shards)) if per[k] or self.live]
+        down = self._down
+        ks = [k for k in range(len(self.shards)) if (per[k] or self.live) and k not in down]
+        skipped = {}
+        for k, err in down.items():
+            if per[k]:
+                skipped[k] = err
+                self._note_missed(k, per[k])
         results = asyncio.ensure_future(
             asyncio.gather(*(self.shards[k].apply(per[k], now) for k in ks), return_exceptions=True)
         )
-        return _Sent(ops, where, per, ks, now, results)
+        return _Sent(ops, where, per, ks, now, results, list(self._generation), skipped)
+
+    def _tick(self) -> float:
+        """The clock for the next call to the shards, never behind an earlier one."""
+        now = max(self.clock(), self._last_now)
+        self._last_now = now
+        return now
 
     async def _finish(self, sent: _Sent) -> None:
         try:
@@ -425,15 +477,18 @@ class Engine:
         by_shard = {}
         for k, r in zip(ks, results, strict=True):
             if isinstance(r, BaseException):
-                # the shard is gone or broken: its share of the round fails with UNAVAILABLE and
-                # it is reloaded from the subscriptions before the next round
+                # the shard is gone, broken or hung: its share of the round fails with
+                # UNAVAILABLE and it is down until a background task has reloaded it
                 err = r if isinstance(r, UnavailableError) else UnavailableError(f"shard {k}: {r}")
                 by_shard[k] = ([], [err] * len(per[k]), [])
-                self._broken.add(k)
                 self.stats["shard_failures"] += 1
+                if sent.generations[k] == self._generation[k]:
+                    self.shard_failed(k, err)
             else:
                 by_shard[k] = r
-        reached = {k: _reached(by_shard[k][1], by_shard[k][2]) for k in ks}
+        for k, err in sent.skipped.items():
+            by_shard[k] = ([], [err] * len(per[k]), [])
+        reached = {k: _reached(by_shard[k][1], by_shard[k][2]) for k in by_shard}
         slot = self.slots.slot
         rnd = Round(now)
         # expirations first (every shard advanced to now before its ops)
@@ -474,23 +529,109 @@ class Engine:
                 if op.kind == "unsub":
                     rnd.removed.append(op.arg)
             rnd.spans.append((op, start, len(rnd.subs)))
-        if self._broken:
-            await self._reload_broken(now)
         self.stats["rounds"] += 1
         return rnd
 
-    async def _reload_broken(self, now: float) -> None:
-        """Bulk-load each broken shard with the subscriptions placed on it (its live messages
-        are lost: their holders get no -m for them; see docs/LIMITS.md)."""
-        for k in sorted(self._broken):
-            share = [s for sid, s in self.subs.items() if k in self.placement[sid]]
-            try:
-                await self.load_shard(k, share, now)
-            except Exception:
-                log.warning("shard %d could not be reloaded; will retry", k, exc_info=True)
-                continue
-            self._broken.discard(k)
-            log.warning("shard %d reloaded with %d subscriptions", k, len(share))
+    # ---- shards that are down ----------------------------------------------------------------
+    def down_shards(self) -> dict[int, str]:
+        """The shards that are down (being reloaded), with why."""
+        return {k: str(err) for k, err in self._down.items()}
+
+    def shard_failed(self, k: int, err: BaseException) -> None:
+        """Shard ``k`` failed a call (or its load): it is down, a task reloads it. Its live
+        messages are lost (their holders get no -m for them; see docs/LIMITS.md)."""
+        if k in self._down or self._stopped:
+            return
+        why = (str(err).splitlines() or [type(err).__name__])[0]
+        self._down[k] = UnavailableError(f"shard {k} is down, being reloaded ({why})")
+        self._missed[k] = []
+        log.warning("shard %d is down (%s); reloading it", k, why)
+        self._reloads[k] = asyncio.get_running_loop().create_task(
+            self._reload(k), name=f"reload-shard-{k}"
+        )
+
+    def _note_missed(self, k: int, items: list[tuple]) -> None:
+        """Keep the changes routed to down shard ``k`` (not its publishes: a reloaded shard
+        holds no live messages) to replay after its load."""
+        if k in self._missed_overflow:
+            return
+        missed = self._missed[k]
+        missed.extend(item for item in items if item[0] != "pub")
+        if len(missed) > MISSED_MAX:
+            self._missed_overflow.add(k)
+            missed.clear()
+
+    async def _reload(self, k: int) -> None:
+        """Load down shard ``k`` from the subscriptions placed on it until a load succeeds
+        (pausing ``RELOAD_PAUSE_S`` between attempts), replacing a dead actor first; then
+        replay what was routed to it meanwhile and let it take rounds again."""
+        pause = RELOAD_PAUSE_S[0]
+        try:
+            while not self._stopped:
+                # a copy of the share and a fresh record of the changes, at the same moment
+                share = [s for sid, s in self.subs.items() if k in self.placement[sid]]
+                self._missed[k] = []
+                self._missed_overflow.discard(k)
+                try:
+                    await self.load_shard(k, share, self._tick())
+                except Exception as exc:
+                    if isinstance(exc, ShardDeadError) and self.replace_shard is not None:
+                        await self._replace(k, exc)
+                    log.warning(
+                        "shard %d could not be reloaded (%s); trying again in %g s",
+                        k,
+                        (str(exc).splitlines() or [type(exc).__name__])[0],
+                        pause,
+                    )
+                    await asyncio.sleep(pause)
+                    pause = min(2 * pause, RELOAD_PAUSE_S[1])
+                    continue
+                if k in self._missed_overflow:  # too much changed meanwhile: a fresh copy
+                    continue
+                missed = self._missed.pop(k)
+                self._generation[k] += 1
+                del self._down[k]
+                if missed:
+                    self._replay(k, missed)
+                self.stats["shard_reloads"] += 1
+                log.warning(
+                    "shard %d reloaded with %d subscriptions (%d changes replayed)",
+                    k,
+                    len(share),
+                    len(missed),
+                )
+                return
+        finally:
+            self._reloads.pop(k, None)
+
+    async def _replace(self, k: int, exc: Exception) -> None:
+        """Give shard ``k`` a new actor: Ray gave the old one up for good."""
+        old = self.shards[k]
+        self.shards[k] = self.replace_shard(k)
+        self.stats["shard_replacements"] += 1
+        log.warning("shard %d: %s; a new actor replaces it", k, str(exc).splitlines()[0])
+        for name in ("kill", "close"):
+            end = getattr(old, name, None)
+            if end is not None:
+                with contextlib.suppress(Exception):
+                    result = end()
+                    if asyncio.iscoroutine(result):
+                        await result
+
+    def _replay(self, k: int, items: list[tuple]) -> None:
+        """Send the changes missed by reloaded shard ``k`` ahead of its next round (a handle
+        answers calls in the order made); their updates are nobody's (the operations were
+        answered UNAVAILABLE, and the shard holds no live messages). If it fails, the shard is
+        down again."""
+        generation = self._generation[k]
+        call = asyncio.ensure_future(self.shards[k].apply(items, self._tick()))
+
+        def done(task: asyncio.Task) -> None:
+            exc = None if task.cancelled() else task.exception()
+            if exc is not None and generation == self._generation[k] and not self._stopped:
+                self.shard_failed(k, exc)
+
+        call.add_done_callback(done)
 
     def _route(self, op: Op, per: list[list[tuple]], now: float) -> list[tuple[int, int]]:
         out: list[tuple[int, int]] = []

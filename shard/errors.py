@@ -7,6 +7,7 @@
     │   └── ExpressionError    a keyword expression that does not parse  -> INVALID_ARGUMENT
     ├── NotFoundError          an unknown id                             -> NOT_FOUND
     ├── UnavailableError       a shard or Redis cannot be reached        -> UNAVAILABLE
+    │   └── ShardDeadError     a shard's actor is gone for good          -> UNAVAILABLE
     └── OverloadedError        backpressure: a bounded queue is full     -> RESOURCE_EXHAUSTED
 
 The mapping to gRPC status codes lives in one place in the coordinator.
@@ -59,6 +60,11 @@ class NotFoundError(GeoPubSubError, KeyError):
 
 class UnavailableError(GeoPubSubError):
     """A shard or Redis could not be reached."""
+
+
+class ShardDeadError(UnavailableError):
+    """A shard's Ray actor is dead for good (its restarts are used up): only a new actor
+    brings the shard back (the coordinator makes one)."""
 
 
 class OverloadedError(GeoPubSubError):
