@@ -456,6 +456,13 @@ class Engine:
             return
         try:
             await self.on_round(rnd)
+        except UnavailableError as exc:  # the delivery stage could not reach Redis: this
+            # round's callers are told so (its deliveries are lost), later rounds go on
+            log.warning("delivering a round failed: %s", exc)
+            for op in sent.ops:
+                if not op.future.done():
+                    _fail(op.future, exc)
+            self.stats["failed_rounds"] += 1
         except BaseException as exc:  # a bug in the delivery stage (or a stop): its callers are
             # answered UNAVAILABLE, and the loop ends (``_loop_ended``)
             err = UnavailableError(

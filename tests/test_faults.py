@@ -140,12 +140,14 @@ def test_a_stopped_redis_answers_unavailable_within_the_deadline_and_health_foll
     ray_session, tmp_path
 ):
     before = Subscription("before", (("x",),), Rect(-20, -5, 20, 5))
+    fresh = Subscription("fresh", (("y",),), Rect(-20, -5, 20, 5))
     during = Subscription("during", (("x",),), Rect(-20, -5, 20, 5))
     server = RedisServer(tmp_path).start()
 
     async def main():
         async with Cluster(_settings(server.url)) as c:
             await c.subscribe(before)
+            await c.subscribe(fresh)  # no delivery yet: its numbering is read from Redis
             assert (await c.publish(Message("m0", ("x",), WEST))).matched == 1
             with _stopped(server.pid):
                 details = await _unavailable(
@@ -156,6 +158,9 @@ def test_a_stopped_redis_answers_unavailable_within_the_deadline_and_health_foll
                     within_s=DEADLINE_S + SLACK_S,
                 )
                 assert "redis" in details, details
+                await _unavailable(  # the round cannot number its delivery to "fresh"
+                    c.publish(Message("y0", ("y",), WEST)), within_s=DEADLINE_S + SLACK_S
+                )
                 await c.health_becomes(REDIS_HEALTH, NOT_SERVING)
                 await c.health_becomes("", NOT_SERVING)
                 for k in (0, 1):  # the shards themselves are fine
@@ -167,6 +172,7 @@ def test_a_stopped_redis_answers_unavailable_within_the_deadline_and_health_foll
             await c.health_becomes(REDIS_HEALTH, SERVING)
             await c.subscribe(during)  # the client reconnected by itself
             assert (await c.publish(Message("m1", ("x",), EAST))).matched == 2
+            assert (await c.publish(Message("y1", ("y",), EAST))).matched == 1
             got = await c.stub.GetSubscription(pb.GetSubscriptionRequest(id="during"))
             assert got == to_proto_subscription(during)
 
