@@ -438,6 +438,8 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
     @grpc_errors
     async def GetStats(self, request, context):
         eng = self.engine
+        if down := eng.down_shards():  # at once, not after a down shard's timeout
+            raise UnavailableError("; ".join(down[k] for k in sorted(down)))
         per = await asyncio.gather(*(s.stats() for s in eng.shards))
         return pb.Stats(
             subscriptions=len(eng.subs),

@@ -568,6 +568,25 @@ def down(data_dir: str | Path, *, out: TextIO | None = None) -> int:
     return 0
 
 
+def _parts_health(target: str, timeout_s: float = 2.0) -> str:
+    """The coordinator's health per part (``coordinator.server``: ``…/redis``, ``…/shard-K``)
+    as ``redis SERVING, shard 0 SERVING, shard 1 NOT_SERVING``; "" if it has none."""
+    from coordinator.server import REDIS_HEALTH, shard_health_name
+    from shard.partition_map import MAX_PARTS
+
+    names = [("redis", REDIS_HEALTH)] + [
+        (f"shard {k}", shard_health_name(k)) for k in range(MAX_PARTS)
+    ]
+    out = []
+    with GeoPubSubClient(target) as client:
+        for label, name in names:
+            try:
+                out.append(f"{label} {client.health(name, timeout_s=timeout_s)}")
+            except grpc.RpcError:  # NOT_FOUND: no such part (the last shard was the one before)
+                break
+    return ", ".join(out)
+
+
 def _supervision(proc: dict[str, Any]) -> str:
     """``, restarts N`` and, once the supervisor gave up on the process, why."""
     text = f", restarts {proc.get('restarts', 0)}"
@@ -615,6 +634,9 @@ def status(data_dir: str | Path, *, target: str | None = None, out: TextIO | Non
         return 1
     health = _health(target, timeout_s=2.0)
     print(f"{target}: {health}", file=out)
+    parts = _parts_health(target)
+    if parts:
+        print(f"  health: {parts}", file=out)
     if health != "SERVING":
         return 1
     with GeoPubSubClient(target, timeout_s=5.0) as client:

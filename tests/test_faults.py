@@ -217,6 +217,10 @@ def test_a_stopped_shard_fails_its_operations_only_and_comes_back(
                         c.publish(Message(f"e{i + 2}", ("x",), EAST)),
                         within_s=DEADLINE_S + SLACK_S,
                     )
+                details = await _unavailable(
+                    c.stub.GetStats(pb.GetStatsRequest(), timeout=30), within_s=SLACK_S
+                )
+                assert "shard 1 is down" in details, details
                 # a subscription that reaches the stopped shard: UNAVAILABLE, though it is
                 # registered (Redis, the routing) and will be on shard 1 once it is back
                 await _unavailable(

@@ -175,6 +175,7 @@ def test_a_detached_cluster_survives_kill_9_of_its_coordinator_and_its_redis(tmp
         assert status.returncode == 0, status.stdout + status.stderr
         assert status.stdout.count(", restarts 1") == 2, status.stdout
         assert f"supervisor pid {supervisor['pid']} running" in status.stdout
+        assert "health: redis SERVING, shard 0 SERVING, shard 1 SERVING\n" in status.stdout
         last = local.read_manifest(tmp_path)
     finally:
         down = geopubsub("down", timeout=180)
