@@ -49,7 +49,8 @@ class Settings:
     stream_buffer: int = 10_000
     """Deliveries buffered per open result stream; past it the stream falls back to the log."""
     shard_max_restarts: int = 3
-    """Ray restarts of a crashed shard actor; the coordinator then reloads it from Redis."""
+    """Ray restarts of a crashed shard actor; the coordinator then reloads it from its
+    subscriptions. Past them Ray gives the actor up and the coordinator makes a new one."""
     shard_calls: str = "channel"
     """How rounds reach the shard actors: "channel", over each actor's direct connection
     (``shard.channel``), or "ray", one Ray call per round and shard (~1 ms of CPU each)."""
