@@ -583,7 +583,10 @@ class Engine:
                     await self.load_shard(k, share, self._tick())
                 except Exception as exc:
                     if isinstance(exc, ShardDeadError) and self.replace_shard is not None:
-                        await self._replace(k, exc)
+                        try:
+                            await self._replace(k, exc)
+                        except Exception:  # Ray itself away, say: tried again after the pause
+                            log.warning("shard %d: no new actor", k, exc_info=True)
                     log.warning(
                         "shard %d could not be reloaded (%s); trying again in %g s",
                         k,
