@@ -46,7 +46,9 @@ async def serve(settings) -> None:
 
     def factory(k: int) -> RayShard:
         actor = make_shard_actor(k, max_restarts=settings.shard_max_restarts)
-        return RayShard(k, actor, channel=settings.shard_calls == "channel")
+        return RayShard(
+            k, actor, channel=settings.shard_calls == "channel", deadline_s=settings.deadline_s
+        )
 
     server, port, app = await create_server(settings, factory)
     # the loaded subscriptions are frozen out of collections by every (re)load; what comes

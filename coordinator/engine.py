@@ -23,6 +23,14 @@ shards currently hold the pair; an operation's updates are netted over all shard
 is made only when that count crosses zero; an operation's REMOVEs come before its ADDs. A move
 that crosses a shard boundary therefore gives
 exactly the ± difference the in-process AP+-Tree gives.
+
+Shard faults: a shard whose call fails (its actor died, or did not answer within the deadline its
+handle enforces) is *down*: that round's operations on it fail with UNAVAILABLE, and until it is
+back the operations routed to it fail at once, without a call, while the other shards' rounds go
+on. A task reloads it in the background from the subscriptions placed on it (retried with
+back-off; a shard whose actor is dead for good is first given a new actor by ``replace_shard``);
+the changes routed to it meanwhile (subscribe, unsubscribe, move) are kept and replayed right
+after the load, ahead of its next round, so it rejoins in step with the routing state.
 """
 
 from __future__ import annotations
@@ -43,7 +51,13 @@ from typing import Any, Protocol
 from coordinator.rounds import Round
 from coordinator.slots import Slots
 from shard.applus.tree import recentre
-from shard.errors import NotFoundError, OverloadedError, UnavailableError, ValidationError
+from shard.errors import (
+    NotFoundError,
+    OverloadedError,
+    ShardDeadError,
+    UnavailableError,
+    ValidationError,
+)
 from shard.geometry import region_bbox
 from shard.model import Message, Point, Rect, Subscription
 from shard.partition_map import PartitionMap
@@ -57,6 +71,12 @@ ROUNDS_IN_FLIGHT = 3
 """Rounds sent to the shards and not yet finished; later rounds are routed meanwhile."""
 DEFAULT_TICK_S = 0.25
 """Longest time between rounds while messages are live, so that expirations are delivered."""
+RELOAD_PAUSE_S = (0.25, 10.0)
+"""First and longest pause between two attempts to reload a shard that is down (doubling): a
+stopped shard is tried again soon, one that stays away is not called in a tight loop."""
+MISSED_MAX = 100_000
+"""Changes routed to a shard while it is being reloaded, kept to replay after the load; past
+this the load is made again from a fresh copy of its subscriptions instead."""
 
 
 class ShardHandle(Protocol):
@@ -85,16 +105,12 @@ class Op:
     future: asyncio.Future
     payload: bytes = b""
     point: Point | None = None
-    replay: int = 0
-    """A live message stored again, its deliveries not made again: ``REPLAY_COUNT`` (at start:
-    the cross-shard counts are rebuilt too) or ``REPLAY_KEEP`` (into reloaded shards only)."""
+    replay: bool = False
+    """A live message stored again at start, its deliveries not made again (``replay``)."""
     expiry: float = 0.0
     """A replayed message's expiry."""
-    only: frozenset[int] | None = None
-    """A replay's shards (None: all the message's)."""
 
 
-REPLAY_COUNT, REPLAY_KEEP = 1, 2
 REPLAY_MIN_TTL_S = 1e-3
 """A replayed message whose expiry has passed is stored this long, so that the next round
 expires it and its holders get their REMOVEs."""
@@ -111,6 +127,11 @@ class _Sent:
     ks: list[int]
     now: float
     results: asyncio.Future
+    generations: list[int]
+    """Each shard's reload count when the round was sent (a failure of a round sent before a
+    reload says nothing about the reloaded shard)."""
+    skipped: dict[int, UnavailableError]
+    """Shards that were down: not called, their share fails with the error."""
 
 
 def _fail(fut: asyncio.Future, err: Exception) -> None:
@@ -138,6 +159,7 @@ class Engine:
         tick_s: float = DEFAULT_TICK_S,
         slots: Slots | None = None,
         on_failure: Callable[[BaseException], Any] | None = None,
+        replace_shard: Callable[[int], ShardHandle] | None = None,
     ) -> None:
         if len(shards) != len(pm):
             raise ValidationError("shards", len(shards), f"must equal the map's {len(pm)} parts")
@@ -168,7 +190,16 @@ class Engine:
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._last_now = -float("inf")
-        self._broken: set[int] = set()
+        self._down: dict[int, UnavailableError] = {}
+        """Shards being reloaded -> the error the operations routed to them get."""
+        self._missed: dict[int, list[tuple]] = {}
+        """Changes routed to a down shard since its current reload attempt copied its share."""
+        self._missed_overflow: set[int] = set()
+        self._reloads: dict[int, asyncio.Task] = {}
+        self._generation = [0] * len(self.shards)
+        self.replace_shard = replace_shard
+        """Makes a new handle for shard k when its actor is dead for good (the factory that
+        made the first one)."""
         self._stopped = False
         self._failure: str | None = None
         """Why the round loop died, if it did (``_loop_ended``)."""
@@ -203,6 +234,12 @@ class Engine:
 
     async def stop(self) -> None:
         self._stopped = True
+        for task in self._reloads.values():
+            task.cancel()
+        for task in list(self._reloads.values()):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._reloads.clear()
         if self._task is not None:
             if not self._task.done():  # (a loop that died was reported by ``_loop_ended``)
                 self._task.cancel()
@@ -311,23 +348,14 @@ class Engine:
         self._queued(ops)
         return [op.future for op in ops]
 
-    def replay(
-        self,
-        entries: Sequence[tuple[Message, bytes, float]],
-        only: frozenset[int] | None = None,
-    ) -> None:
+    def replay(self, entries: Sequence[tuple[Message, bytes, float]]) -> None:
         """Store live messages (message, payload, expiry) in the shards again, before every
-        operation waiting, without delivering them again: at start (``only`` None: the engine
-        learns them, and which subscriptions hold each, anew) or into shards ``only`` that
-        were reloaded (the engine knows them already)."""
+        operation waiting, without delivering them again; the engine learns them, and which
+        subscriptions hold each, anew (at start)."""
         if not entries:
             return
         loop = asyncio.get_running_loop()
-        kind = REPLAY_COUNT if only is None else REPLAY_KEEP
-        ops = [
-            Op("pub", m, loop.create_future(), p, replay=kind, expiry=e, only=only)
-            for m, p, e in entries
-        ]
+        ops = [Op("pub", m, loop.create_future(), p, replay=True, expiry=e) for m, p, e in entries]
         if not self._pending:
             self._first_at = loop.time()
         self._pending[:0] = ops
@@ -429,15 +457,26 @@ class Engine:
 
     def _send(self, ops: list[Op]) -> _Sent:
         """Route a round and send every shard its share (one call each, not awaited)."""
-        now = max(self.clock(), self._last_now)
-        self._last_now = now
+        now = self._tick()
         per: list[list[tuple]] = [[] for _ in self.shards]
         where = [self._route(op, per, now) for op in ops]
-        ks = [k for k in range(len(self.shards)) if per[k] or self.live]
+        down = self._down
+        ks = [k for k in range(len(self.shards)) if (per[k] or self.live) and k not in down]
+        skipped = {}
+        for k, err in down.items():
+            if per[k]:
+                skipped[k] = err
+                self._note_missed(k, per[k])
         results = asyncio.ensure_future(
             asyncio.gather(*(self.shards[k].apply(per[k], now) for k in ks), return_exceptions=True)
         )
-        return _Sent(ops, where, per, ks, now, results)
+        return _Sent(ops, where, per, ks, now, results, list(self._generation), skipped)
+
+    def _tick(self) -> float:
+        """The clock for the next call to the shards, never behind an earlier one."""
+        now = max(self.clock(), self._last_now)
+        self._last_now = now
+        return now
 
     async def _finish(self, sent: _Sent) -> None:
         try:
@@ -473,15 +512,18 @@ class Engine:
         by_shard = {}
         for k, r in zip(ks, results, strict=True):
             if isinstance(r, BaseException):
-                # the shard is gone or broken: its share of the round fails with UNAVAILABLE and
-                # it is reloaded from the subscriptions before the next round
+                # the shard is gone, broken or hung: its share of the round fails with
+                # UNAVAILABLE and it is down until a background task has reloaded it
                 err = r if isinstance(r, UnavailableError) else UnavailableError(f"shard {k}: {r}")
                 by_shard[k] = ([], [err] * len(per[k]), [])
-                self._broken.add(k)
                 self.stats["shard_failures"] += 1
+                if sent.generations[k] == self._generation[k]:
+                    self.shard_failed(k, err)
             else:
                 by_shard[k] = r
-        reached = {k: _reached(by_shard[k][1], by_shard[k][2]) for k in ks}
+        for k, err in sent.skipped.items():
+            by_shard[k] = ([], [err] * len(per[k]), [])
+        reached = {k: _reached(by_shard[k][1], by_shard[k][2]) for k in by_shard}
         slot = self.slots.slot
         rnd = Round(now)
         # expirations first (every shard advanced to now before its ops)
@@ -499,10 +541,12 @@ class Engine:
                 if isinstance(part, Exception):
                     if not op.future.done():
                         _fail(op.future, part)
+                    if not op.replay:  # stored nowhere (a live one is kept for the reload)
+                        self._forget(op.arg.id)
                 elif part and not op.replay:
                     rnd.extend_adds(reached[k][i], op.arg.id)
                     rnd.payloads[op.arg.id] = op.payload
-                if op.arg.ttl and not op.replay:
+                if op.arg.ttl and not op.replay and op.arg.id in live:
                     rnd.stored.append((op.arg.id, live[op.arg.id][2], op.payload))
                 rnd.spans.append((op, start, len(rnd.subs)))
                 continue
@@ -515,10 +559,11 @@ class Engine:
                 got = [
                     reached[k][i] for k, i in places if not isinstance(by_shard[k][1][i], Exception)
                 ]
-                if op.replay != REPLAY_KEEP:  # (a reloaded shard holds what it held)
-                    ups = [(s, "+", mid) for p in got for s in p]
-                    self._merge(ups, rnd, op, deliver=not op.replay)
-                if op.arg.ttl and not op.replay:
+                ups = [(s, "+", mid) for p in got for s in p]
+                self._merge(ups, rnd, op, deliver=not op.replay)
+                if not got and not op.replay:  # failed on every shard: stored nowhere
+                    self._forget(mid)
+                if op.arg.ttl and not op.replay and mid in live:
                     rnd.stored.append((mid, live[mid][2], op.payload))
             else:
                 if op.kind == "move":
@@ -528,31 +573,119 @@ class Engine:
                 if op.kind == "unsub":
                     rnd.removed.append(op.arg)
             rnd.spans.append((op, start, len(rnd.subs)))
-        if self._broken:
-            await self._reload_broken(now)
         self.stats["rounds"] += 1
         return rnd
 
-    async def _reload_broken(self, now: float) -> None:
-        """Bulk-load each broken shard with the subscriptions placed on it, then store its live
-        messages in it again (``replay``: ahead of every operation waiting; rounds already
-        sent meet it without them)."""
-        for k in sorted(self._broken):
-            share = [s for sid, s in self.subs.items() if k in self.placement[sid]]
-            try:
-                await self.load_shard(k, share, now)
-            except Exception:
-                log.warning("shard %d could not be reloaded; will retry", k, exc_info=True)
-                continue
-            self._broken.discard(k)
-            live = self.live_in(k)
-            self.replay(live, only=frozenset((k,)))
-            log.warning(
-                "shard %d reloaded with %d subscriptions and %d live messages",
-                k,
-                len(share),
-                len(live),
-            )
+    # ---- shards that are down ----------------------------------------------------------------
+    def down_shards(self) -> dict[int, str]:
+        """The shards that are down (being reloaded), with why."""
+        return {k: str(err) for k, err in self._down.items()}
+
+    def shard_failed(self, k: int, err: BaseException) -> None:
+        """Shard ``k`` failed a call (or its load): it is down, a task reloads it (and gives it
+        back its live messages)."""
+        if k in self._down or self._stopped:
+            return
+        why = (str(err).splitlines() or [type(err).__name__])[0]
+        self._down[k] = UnavailableError(f"shard {k} is down, being reloaded ({why})")
+        self._missed[k] = []
+        log.warning("shard %d is down (%s); reloading it", k, why)
+        self._reloads[k] = asyncio.get_running_loop().create_task(
+            self._reload(k), name=f"reload-shard-{k}"
+        )
+
+    def _note_missed(self, k: int, items: list[tuple]) -> None:
+        """Keep the changes routed to down shard ``k`` to replay after its load (not its
+        publishes: the live messages among them are given back with the others, ``live_in``)."""
+        if k in self._missed_overflow:
+            return
+        missed = self._missed[k]
+        missed.extend(item for item in items if item[0] != "pub")
+        if len(missed) > MISSED_MAX:
+            self._missed_overflow.add(k)
+            missed.clear()
+
+    async def _reload(self, k: int) -> None:
+        """Load down shard ``k`` from the subscriptions placed on it until a load succeeds
+        (pausing ``RELOAD_PAUSE_S`` between attempts), replacing a dead actor first; then
+        replay what was routed to it meanwhile and let it take rounds again."""
+        pause = RELOAD_PAUSE_S[0]
+        try:
+            while not self._stopped:
+                # a copy of the share and a fresh record of the changes, at the same moment
+                share = [s for sid, s in self.subs.items() if k in self.placement[sid]]
+                self._missed[k] = []
+                self._missed_overflow.discard(k)
+                try:
+                    await self.load_shard(k, share, self._tick())
+                except Exception as exc:
+                    if isinstance(exc, ShardDeadError) and self.replace_shard is not None:
+                        try:
+                            await self._replace(k, exc)
+                        except Exception:  # Ray itself away, say: tried again after the pause
+                            log.warning("shard %d: no new actor", k, exc_info=True)
+                    log.warning(
+                        "shard %d could not be reloaded (%s); trying again in %g s",
+                        k,
+                        (str(exc).splitlines() or [type(exc).__name__])[0],
+                        pause,
+                    )
+                    await asyncio.sleep(pause)
+                    pause = min(2 * pause, RELOAD_PAUSE_S[1])
+                    continue
+                if k in self._missed_overflow:  # too much changed meanwhile: a fresh copy
+                    continue
+                missed = self._missed.pop(k)
+                self._generation[k] += 1
+                del self._down[k]
+                now = self._tick()
+                live = [
+                    ("pub", dataclasses.replace(m, ttl=max(e - now, REPLAY_MIN_TTL_S)))
+                    for m, _, e in self.live_in(k)
+                ]
+                if missed or live:
+                    self._replay(k, missed + live, now)
+                self.stats["shard_reloads"] += 1
+                log.warning(
+                    "shard %d reloaded with %d subscriptions (%d changes replayed, %d live "
+                    "messages stored again)",
+                    k,
+                    len(share),
+                    len(missed),
+                    len(live),
+                )
+                return
+        finally:
+            self._reloads.pop(k, None)
+
+    async def _replace(self, k: int, exc: Exception) -> None:
+        """Give shard ``k`` a new actor: Ray gave the old one up for good."""
+        old = self.shards[k]
+        self.shards[k] = self.replace_shard(k)
+        self.stats["shard_replacements"] += 1
+        log.warning("shard %d: %s; a new actor replaces it", k, str(exc).splitlines()[0])
+        for name in ("kill", "close"):
+            end = getattr(old, name, None)
+            if end is not None:
+                with contextlib.suppress(Exception):
+                    result = end()
+                    if asyncio.iscoroutine(result):
+                        await result
+
+    def _replay(self, k: int, items: list[tuple], now: float) -> None:
+        """Send the changes missed by reloaded shard ``k`` and its live messages ahead of its
+        next round (a handle answers calls in the order made); their updates are nobody's (the
+        operations were answered UNAVAILABLE; the live messages' holders were told before,
+        and the netting counts still hold them). If it fails, the shard is down again."""
+        generation = self._generation[k]
+        call = asyncio.ensure_future(self.shards[k].apply(items, now))
+
+        def done(task: asyncio.Task) -> None:
+            exc = None if task.cancelled() else task.exception()
+            if exc is not None and generation == self._generation[k] and not self._stopped:
+                self.shard_failed(k, exc)
+
+        call.add_done_callback(done)
 
     def _route(self, op: Op, per: list[list[tuple]], now: float) -> list[tuple[int, int]]:
         out: list[tuple[int, int]] = []
@@ -568,11 +701,9 @@ class Engine:
                 if isinstance(m.location, Point)
                 else self.pm.overlapping(location_bbox(m.location))
             )
-            if op.replay:  # stored until its expiry; into the shards asked for
+            if op.replay:  # stored until its expiry
                 m = op.arg = dataclasses.replace(m, ttl=max(op.expiry - now, REPLAY_MIN_TTL_S))
-                if op.only is not None:
-                    targets = [k for k in targets if k in op.only]
-            if m.ttl and op.replay != REPLAY_KEEP:
+            if m.ttl:
                 if not op.replay:
                     self._stored_waiting -= 1
                     self.stats["published"] += 1
@@ -669,6 +800,12 @@ class Engine:
                 rnd.add(s, 1, m)
         for s, m in adds:
             rnd.add(s, 0, m)
+
+    def _forget(self, msg_id: str) -> None:
+        """A stored message that failed wherever it went is not live (its heap entry is
+        skipped when it comes up)."""
+        self.live.pop(msg_id, None)
+        self.multi.pop(msg_id, None)
 
     def _expire(self, now: float) -> list[str]:
         """Forget the messages expired by ``now``; returns their ids."""

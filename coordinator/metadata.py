@@ -21,6 +21,8 @@ import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import OutOfMemoryError, RedisError
 
 from shard import metadata_codec as codec
@@ -43,13 +45,33 @@ by line breaks; a JSON text holds none). Reads only; touches keys it does not de
 single Redis allows."""
 
 
-class Metadata:
-    """Async access to the cluster's Redis keys."""
+REDIS_RETRIES = 1
+"""Retries of a command that failed on a broken connection or timed out (a connection left
+over from a Redis that restarted fails once, then the retry reconnects)."""
 
-    def __init__(self, url: str, namespace: str = "gps") -> None:
+
+class Metadata:
+    """Async access to the cluster's Redis keys.
+
+    ``timeout_s`` bounds every command (connect, and each wait for an answer): a Redis that is
+    down or stopped makes a call raise ``UnavailableError`` within about ``timeout_s`` instead
+    of hanging (the coordinator passes ``Settings.deadline_s``). Each of the ``1 +
+    REDIS_RETRIES`` attempts gets its share. None: no timeouts (tools, tests).
+    """
+
+    def __init__(self, url: str, namespace: str = "gps", *, timeout_s: float | None = None) -> None:
         self.url = url
         self.ns = namespace
-        self.r = aioredis.from_url(url, decode_responses=False)
+        self.timeout_s = timeout_s
+        bounded = {}
+        if timeout_s is not None:
+            share = timeout_s / (1 + REDIS_RETRIES)
+            bounded = {
+                "socket_timeout": share,
+                "socket_connect_timeout": share,
+                "retry": Retry(NoBackoff(), REDIS_RETRIES),
+            }
+        self.r = aioredis.from_url(url, decode_responses=False, **bounded)
 
     def key(self, *parts: str) -> str:
         return ":".join((self.ns, *parts))

@@ -37,13 +37,15 @@ from coordinator.status import grpc_errors
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.applus.tree import recentre
-from shard.errors import NotFoundError, ValidationError
+from shard.errors import NotFoundError, UnavailableError, ValidationError
 from shard.geometry import region_bbox
 from shard.heap import freeze_long_lived
 from shard.model import Point, Subscription
 from shard.partition_map import PartitionMap
 
 log = logging.getLogger(__name__)
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 STREAM_WINDOW = 4096
 """Operations (messages, moves) of one PublishStream / LocationStream in flight before it reads
@@ -56,6 +58,22 @@ MAX_PUBLISH_BATCH = 10_000
 MAP_SAMPLE = 200_000
 """Subscription centres sampled to build a partition map."""
 
+SERVICE = pb.DESCRIPTOR.services_by_name["GeoPubSub"].full_name
+HEALTH_CHECK_S = 1.0
+"""How often the coordinator pings Redis and looks at its shards for the health service."""
+REDIS_HEALTH = f"{SERVICE}/redis"
+"""Health service name: NOT_SERVING while Redis does not answer a PING within ``deadline_s``."""
+
+
+def shard_health_name(k: int) -> str:
+    """Health service name of shard ``k``: NOT_SERVING while it is down (being reloaded).
+
+    >>> shard_health_name(1)
+    'geopubsub.v1.GeoPubSub/shard-1'
+    """
+    return f"{SERVICE}/shard-{k}"
+
+
 ShardFactory = Callable[[int], ShardHandle]
 
 
@@ -66,7 +84,7 @@ class Coordinator:
         self.settings = settings
         self.shard_factory = shard_factory
         self.clock = clock
-        self.md = Metadata(settings.redis_url, settings.namespace)
+        self.md = Metadata(settings.redis_url, settings.namespace, timeout_s=settings.deadline_s)
         self.slots = Slots()
         """The subscriptions' slots, shared by every engine (over reloads) and the deliveries."""
         self.log = RoundLog(
@@ -93,6 +111,10 @@ class Coordinator:
         self.health: health.aio.HealthServicer | None = None
         """The health service (``create_server`` sets it)."""
         self._unhealthy: asyncio.Task | None = None
+        self._health_task: asyncio.Task | None = None
+        self._health_now: dict[str, int] = {}
+        """The status last set per health service name."""
+        self._loop_failed = False
 
     async def start(self) -> None:
         """Connect to Redis, load or build the partition map, rebuild every shard from the
@@ -135,6 +157,7 @@ class Coordinator:
             clock=self.clock,
             slots=self.slots,
             on_failure=self._engine_failed,
+            replace_shard=self.shard_factory,
         )
         per = self.engine.restore(subs)
         if got is not None:
@@ -148,12 +171,18 @@ class Coordinator:
                 len(got.heads),
             )
         now = self.clock()
-        await asyncio.gather(
-            *(self.engine.load_shard(k, per.get(k, []), now) for k in range(s.shards))
+        loaded = await asyncio.gather(
+            *(self.engine.load_shard(k, per.get(k, []), now) for k in range(s.shards)),
+            return_exceptions=True,
         )
         await self.deliveries.extend_leases()
         del subs, per
         freeze_long_lived()  # 1M subscriptions out of every later collection (shard.heap)
+        for k, result in enumerate(loaded):  # served without it until a reload succeeds
+            if isinstance(result, Exception):
+                self.engine.shard_failed(k, result)
+            elif isinstance(result, BaseException):
+                raise result
         self.engine.start()
         # the live messages go back into the shards (no delivery made again): from the log at
         # start, from the engine before at a reload
@@ -165,6 +194,7 @@ class Coordinator:
 
     def _engine_failed(self, exc: BaseException) -> None:
         """The round loop died (a bug; the engine logged it): the health check says so."""
+        self._loop_failed = True
         if self.health is not None:
             names = ("", pb.DESCRIPTOR.services_by_name["GeoPubSub"].full_name)
             self._unhealthy = asyncio.get_running_loop().create_task(
@@ -186,7 +216,57 @@ class Coordinator:
             log.info("reloaded %d subscriptions", n)
             return n
 
+    async def watch_health(self, health_servicer: health.aio.HealthServicer) -> None:
+        """Set the health statuses now, and keep them current from now on: every
+        ``HEALTH_CHECK_S`` a PING of Redis (bounded by ``deadline_s``) and a look at the
+        shards. Overall (``""`` and the GeoPubSub service): SERVING while Redis answers, the
+        round loop runs and at least one shard serves; each shard and Redis under a name of
+        its own (``shard_health_name``, ``REDIS_HEALTH``)."""
+        self.health = health_servicer
+        await self._check_health()
+        self._health_task = asyncio.get_running_loop().create_task(self._watch_health())
+
+    async def _watch_health(self) -> None:
+        while True:
+            await asyncio.sleep(HEALTH_CHECK_S)
+            try:
+                await self._check_health()
+            except Exception:  # a bug: the watch goes on
+                log.exception("health check failed")
+
+    async def _check_health(self) -> None:
+        try:
+            await self.md.ping()
+            redis_ok = True
+        except UnavailableError as exc:
+            redis_ok = False
+            if self._health_now.get(REDIS_HEALTH) != NOT_SERVING:
+                log.warning("health: %s", exc)
+        await self._set_health(redis_ok)
+
+    async def _set_health(self, redis_ok: bool) -> None:
+        down = self.engine.down_shards() if self.engine is not None else {}
+        want = {REDIS_HEALTH: SERVING if redis_ok else NOT_SERVING}
+        for k in range(self.settings.shards):
+            want[shard_health_name(k)] = NOT_SERVING if k in down else SERVING
+        overall = redis_ok and not self._loop_failed and len(down) < self.settings.shards
+        want[""] = want[SERVICE] = SERVING if overall else NOT_SERVING
+        for name, status in want.items():
+            if self._health_now.get(name) != status:
+                if name in self._health_now:
+                    log.warning(
+                        "health: %s is %s",
+                        name or "the coordinator",
+                        health_pb2.HealthCheckResponse.ServingStatus.Name(status),
+                    )
+                self._health_now[name] = status
+                await self.health.set(name, status)
+
     async def stop(self) -> None:
+        if self._health_task is not None:
+            self._health_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._health_task
         if self._persist_task is not None:
             self._persist_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -433,6 +513,8 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
     @grpc_errors
     async def GetStats(self, request, context):
         eng = self.engine
+        if down := eng.down_shards():  # at once, not after a down shard's timeout
+            raise UnavailableError("; ".join(down[k] for k in sorted(down)))
         per = await asyncio.gather(*(s.stats() for s in eng.shards))
         return pb.Stats(
             subscriptions=len(eng.subs),
@@ -526,9 +608,7 @@ async def create_server(
     await health_servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
     await server.start()
     await app.start()
-    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    await health_servicer.set(names[0], health_pb2.HealthCheckResponse.SERVING)
-    app.health = health_servicer
+    await app.watch_health(health_servicer)
     return server, port, app
 
 

@@ -68,12 +68,22 @@ class Settings:
     max_streams: int = 10_000
     """Result streams open at once; StreamResults past it answers RESOURCE_EXHAUSTED."""
     shard_max_restarts: int = 3
-    """Ray restarts of a crashed shard actor; the coordinator then reloads it from Redis."""
+    """Ray restarts of a crashed shard actor; the coordinator then reloads it from its
+    subscriptions. Past them Ray gives the actor up and the coordinator makes a new one."""
     shard_calls: str = "channel"
     """How rounds reach the shard actors: "channel", over each actor's direct connection
     (``shard.channel``), or "ray", one Ray call per round and shard (~1 ms of CPU each)."""
     deadline_s: float = 10.0
-    """Longest the coordinator waits for a shard or Redis before answering UNAVAILABLE."""
+    """Longest the coordinator waits for a shard or Redis before answering UNAVAILABLE: every
+    Redis command is bounded by it (socket timeouts), every shard call by half of it (the rest
+    is for the round to be answered within the caller's own wait of ``deadline_s``), a shard's
+    load by more (``coordinator.shards.LOAD_S_PER_SUBSCRIPTION``). The health check pings Redis
+    within it."""
+    restart_max: int = 5
+    """``geopubsub up`` restarts a private Redis or the coordinator that dies, until this many
+    crashes of it within ``restart_window_s``; then it gives up on it (``deploy.supervise``)."""
+    restart_window_s: float = 60.0
+    """The window of ``restart_max``."""
 
     def __post_init__(self) -> None:
         _check(self.shards >= 1 and self.shards <= 1024, "shards", self.shards, "1..1024")
@@ -112,6 +122,8 @@ class Settings:
             '"channel" or "ray"',
         )
         _check(self.deadline_s > 0, "deadline_s", self.deadline_s, "> 0")
+        _check(self.restart_max >= 0, "restart_max", self.restart_max, ">= 0")
+        _check(self.restart_window_s > 0, "restart_window_s", self.restart_window_s, "> 0")
         _check(bool(self.namespace), "namespace", self.namespace, "non-empty")
 
     @classmethod

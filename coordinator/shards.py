@@ -1,12 +1,14 @@
 """Handles through which the engine calls its shards: ``RayShard`` (a shard actor, the cluster)
 and ``LocalShard`` (a ``ShardState`` in this process, for tests of the coordinator's logic).
 Both answer ``apply(ops, now)``, ``load(subs, now, tags)`` (replaces the whole state, bulk path)
-and ``stats()``; a shard that cannot be reached raises ``UnavailableError``.
+and ``stats()``; a shard that cannot be reached, or does not answer in time, raises
+``UnavailableError`` (``ShardDeadError`` once Ray has given its actor up for good).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import pickle
 import time
@@ -14,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from shard.channel import Channel
-from shard.errors import GeoPubSubError, UnavailableError
+from shard.errors import GeoPubSubError, ShardDeadError, UnavailableError
 from shard.model import Subscription, subscriptions_to_rows
 from shard.ops import apply_ops, dumps_ops
 from shard.state import ShardState
@@ -23,6 +25,17 @@ log = logging.getLogger(__name__)
 
 CHANNEL_RETRY_S = 60.0
 """How long a shard whose channel port could not be reached gets its rounds as Ray calls."""
+SHARD_CALL_SHARE = 0.5
+"""The share of ``deadline_s`` a shard call may take: the rest is left for the round it is part
+of (and the round before, rounds finish in order) to be answered within the callers' own wait of
+``deadline_s``, so that the other shards' operations of that round are answered, not timed out."""
+ACTOR_START_S = 120.0
+"""What the first call on a new actor may take on top of its limit: Ray starts a worker process
+and the actor compiles its kernels first (~1 s from numba's cache, ~30 s on a fresh checkout)."""
+LOAD_S_PER_SUBSCRIPTION = 250e-6
+"""What a bulk load may take on top of the deadline, per subscription: one core built 1M
+subscriptions in 24 s (AP-Tree) and 62 s (AP+-Tree, moving; docs/BENCHMARKS.md), a busy machine
+doubles that; this leaves twice as much again (1M: the deadline + 250 s)."""
 
 
 class LocalShard:
@@ -49,16 +62,32 @@ class RayShard:
     restarted, say): the round that finds it broken fails with ``UnavailableError`` like a
     failed Ray call, and the engine rebuilds the shard. If the actor answers but its port
     cannot be reached (a network that lets Ray through and nothing else), rounds go as Ray
-    calls, and the channel is tried again after ``CHANNEL_RETRY_S``."""
+    calls, and the channel is tried again after ``CHANNEL_RETRY_S``.
 
-    def __init__(self, shard_id: int, actor: Any, *, channel: bool = True) -> None:
+    Every call is bounded by ``timeout_s`` (``SHARD_CALL_SHARE`` of ``deadline_s``; a load by more,
+    ``LOAD_S_PER_SUBSCRIPTION``, and calls before the actor's first answer by ``ACTOR_START_S``
+    more): a stopped or hung actor makes it raise ``UnavailableError``
+    instead of blocking the round. A round that times out on the channel drops the connection
+    (the rounds behind it fail at once); a load drops it too, because the actor fences the
+    connections opened before a load (``shard.channel``), and the next round opens a new one.
+    Calls are made on the actor in the order they are made here, whichever the path."""
+
+    def __init__(
+        self, shard_id: int, actor: Any, *, channel: bool = True, deadline_s: float | None = None
+    ) -> None:
         self.shard_id = shard_id
         self.actor = actor
         self.use_channel = channel
+        self.timeout_s = None if deadline_s is None else deadline_s * SHARD_CALL_SHARE
+        """Longest wait for an answer (a round, stats, opening the channel; a load gets
+        ``LOAD_S_PER_SUBSCRIPTION`` more per subscription): past it the call raises
+        ``UnavailableError`` (a stopped or hung actor). None: no limit."""
         self._channel: asyncio.Future | None = None
         """Future of the open ``Channel`` (None: unreachable, use Ray calls): rounds made while
         it connects wait for it in order."""
         self._retry_at = 0.0
+        self._answered = False
+        """Whether the actor answered a call yet (until then calls get ``ACTOR_START_S`` more)."""
 
     async def apply(self, ops: list[tuple], now: float):
         data = dumps_ops(ops)
@@ -68,7 +97,13 @@ class RayShard:
                 fut = self._channel = asyncio.ensure_future(self._open())
             channel = await asyncio.shield(fut)
             if channel is not None:
-                return pickle.loads(await channel.call(data, now))
+                try:
+                    answer = await self._bounded(channel.call(data, now), self.timeout_s)
+                except UnavailableError:
+                    if self._channel is fut and not channel.broken:  # timed out: the rounds
+                        await self._drop_channel()  # behind it fail at once
+                    raise
+                return pickle.loads(answer)
         return pickle.loads(await self._call(self.actor.apply_pickled.remote(data, now)))
 
     def _failed(self, fut: asyncio.Future) -> bool:
@@ -81,13 +116,18 @@ class RayShard:
     async def _open(self) -> Channel | None:
         host, port, token = await self._call(self.actor.channel.remote())
         try:
-            return await Channel.open((host, port), token, f"shard {self.shard_id}")
+            return await self._bounded(
+                Channel.open((host, port), token, f"shard {self.shard_id}"), self.timeout_s
+            )
         except UnavailableError as exc:
             self._retry_at = time.monotonic() + CHANNEL_RETRY_S
             log.warning("%s; its rounds go as Ray calls for %g s", exc, CHANNEL_RETRY_S)
             return None
 
     async def close(self) -> None:
+        await self._drop_channel()
+
+    async def _drop_channel(self) -> None:
         fut, self._channel = self._channel, None
         if fut is not None and fut.done() and not fut.cancelled() and fut.exception() is None:
             channel = fut.result()
@@ -95,18 +135,39 @@ class RayShard:
                 await channel.close()
 
     async def load(self, subs: Sequence[Subscription], now: float, tags: Sequence[int]) -> int:
+        # the actor fences the open connection when it loads (``shard.channel``): rounds after
+        # the load go over a new one
+        await self._drop_channel()
         # as tuples: pickling 500k dataclasses took ~8 s of the coordinator's start, tuples ~2 s
         rows = subscriptions_to_rows(subs)
-        return await self._call(self.actor.load_rows.remote(rows, now, list(tags)))
+        limit = None
+        if self.timeout_s is not None:
+            limit = self.timeout_s + len(rows) * LOAD_S_PER_SUBSCRIPTION
+        return await self._call(self.actor.load_rows.remote(rows, now, list(tags)), limit)
 
     async def stats(self) -> dict[str, Any]:
         return await self._call(self.actor.stats.remote())
 
-    async def _call(self, ref):
+    async def _bounded(self, awaitable, limit: float | None):
+        if limit is None:
+            return await awaitable
+        if not self._answered:
+            limit += ACTOR_START_S
+        try:
+            result = await asyncio.wait_for(awaitable, limit)
+        except TimeoutError:
+            raise UnavailableError(
+                f"shard {self.shard_id} did not answer within {limit:g} s"
+            ) from None
+        self._answered = True
+        return result
+
+    async def _call(self, ref, limit: float | None = None):
+        """Await a Ray call of the actor within ``limit`` (None: ``timeout_s``)."""
         import ray.exceptions
 
         try:
-            return await ref
+            return await self._bounded(ref, self.timeout_s if limit is None else limit)
         except GeoPubSubError:
             raise
         except ray.exceptions.RayTaskError as exc:
@@ -114,5 +175,14 @@ class RayShard:
             if isinstance(cause, GeoPubSubError):
                 raise cause from None
             raise
+        except ray.exceptions.ActorDiedError as exc:
+            raise ShardDeadError(f"shard {self.shard_id}'s actor is dead: {exc}") from None
         except ray.exceptions.RayError as exc:
             raise UnavailableError(f"shard {self.shard_id} unreachable: {exc}") from None
+
+    def kill(self) -> None:
+        """End the actor for good (it is being replaced by a new one)."""
+        import ray
+
+        with contextlib.suppress(Exception):
+            ray.kill(self.actor, no_restart=True)

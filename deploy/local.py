@@ -9,11 +9,18 @@ launcher stops the coordinator (SIGINT, which makes it stop serving and call ``r
 whatever is left of its local Ray, and Redis. With ``detach`` it returns once SERVING, leaving
 ``<data_dir>/cluster.json`` for ``down`` and ``status``.
 
+Both are supervised (``deploy.supervise``): a private Redis or a coordinator that dies is started
+again, with back-off, until ``restart_max`` crashes within ``restart_window_s``. In the foreground
+the launcher itself supervises; ``up --detach`` leaves a small supervisor process behind
+(``python -m deploy.supervise``, its pid in ``cluster.json``), which ``down`` stops first.
+
 Files under ``data_dir`` (default ``.geopubsub/``)::
 
-    cluster.json        pids (with start times), address, Redis URL of the running cluster
+    cluster.json        pids (with start times), address, Redis URL of the running cluster,
+                        restarts, the supervisor's pid (detached)
     coordinator.toml    the settings handed to the coordinator (all of them, resolved)
     coordinator.log     the coordinator's stdout and stderr (and Ray's driver output)
+    supervisor.log      what the detached supervisor saw and did (a foreground launcher prints it)
     redis/              the private Redis: appendonlydir/ (its data), redis.log
 
 Every process the launcher starts runs in a session of its own, so that Ctrl-C in the terminal
@@ -45,6 +52,7 @@ import redis
 
 from coordinator.settings import ENV_PREFIX, Settings
 from deploy.processes import (
+    AdoptedProcess,
     alive,
     log_tail,
     start_time,
@@ -58,6 +66,12 @@ from shard.errors import GeoPubSubError, UnavailableError
 CLUSTER_FILE = "cluster.json"
 CONFIG_FILE = "coordinator.toml"
 COORDINATOR_LOG = "coordinator.log"
+SUPERVISOR_LOG = "supervisor.log"
+SUPERVISOR_READY_S = 30.0
+"""Longest ``up --detach`` waits for the supervisor it started to record itself."""
+SUPERVISOR_STOP_S = 90.0
+"""Grace for the supervisor to finish a restart under way when ``down`` stops it (a Redis
+loading its AOF takes up to ``redis_local.STARTUP_TIMEOUT_S``)."""
 READY_TIMEOUT_S = 180.0
 """Longest ``up`` waits for SERVING: Ray's start plus the rebuild of every shard from Redis."""
 COORDINATOR_STOP_S = 30.0
@@ -112,7 +126,7 @@ def manifest_target(data_dir: str | Path) -> str | None:
 def _running(manifest: dict[str, Any]) -> list[str]:
     """The recorded processes still alive, as ``name pid``."""
     out = []
-    for name in ("coordinator", "redis"):
+    for name in ("supervisor", "coordinator", "redis"):
         proc = manifest.get(name) or {}
         if proc.get("pid") and alive(proc["pid"], started=proc.get("started")):
             out.append(f"{name} pid {proc['pid']}")
@@ -172,6 +186,50 @@ class LocalCluster:
     redis_url: str
     redis: RedisServer | None
     """The private Redis, None when ``settings.redis_url`` was given."""
+    argv: list[str] = dataclasses.field(default_factory=list)
+    """The coordinator's command line (a restart uses it, with the port it bound)."""
+    restarts: dict[str, int] = dataclasses.field(
+        default_factory=lambda: {"coordinator": 0, "redis": 0}
+    )
+    gave_up: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Processes the supervisor no longer restarts, and why."""
+    supervisor: dict[str, Any] | None = None
+    """The detached supervisor's pid, start time and log."""
+    started_at: float = dataclasses.field(default_factory=time.time)
+    launcher_pid: int = dataclasses.field(default_factory=os.getpid)
+
+    @classmethod
+    def from_manifest(cls, manifest: dict[str, Any], settings: Settings) -> LocalCluster:
+        """The cluster ``cluster.json`` describes, its processes adopted by pid (the detached
+        supervisor watches processes the launcher started)."""
+        coord, red = manifest["coordinator"], manifest.get("redis") or {}
+        redis_server = None
+        if red.get("private"):
+            redis_server = RedisServer(
+                manifest["data_dir"], port=red["port"], extra_args=red.get("extra_args", ())
+            )
+            redis_server.process = AdoptedProcess(red["pid"], red.get("started"))
+            redis_server.started = red.get("started")
+        return cls(
+            settings,
+            Path(manifest["data_dir"]),
+            AdoptedProcess(coord["pid"], coord.get("started")),
+            coord.get("started"),
+            coord["host"],
+            coord["port"],
+            red["url"],
+            redis_server,
+            argv=list(coord.get("argv") or []),
+            restarts={"coordinator": coord.get("restarts", 0), "redis": red.get("restarts", 0)},
+            gave_up={
+                name: manifest[name]["gave_up"]
+                for name in ("coordinator", "redis")
+                if (manifest.get(name) or {}).get("gave_up")
+            },
+            supervisor=manifest.get("supervisor"),
+            started_at=manifest.get("started_at", time.time()),
+            launcher_pid=manifest.get("launcher_pid", os.getpid()),
+        )
 
     @property
     def target(self) -> str:
@@ -189,13 +247,16 @@ class LocalCluster:
                 "started": self.redis.started,
                 "port": self.redis.port,
                 "log": str(self.redis.log_path),
+                "extra_args": list(self.redis.extra_args),
+                "restarts": self.restarts.get("redis", 0),
+                "gave_up": self.gave_up.get("redis"),
             }
         return {
             "version": 1,
             "detached": detached,
-            "launcher_pid": os.getpid(),
+            "launcher_pid": self.launcher_pid,
             "data_dir": str(self.data_dir),
-            "started_at": time.time(),
+            "started_at": self.started_at,
             "coordinator": {
                 "pid": self.coordinator.pid,
                 "started": self.coordinator_started,
@@ -203,9 +264,13 @@ class LocalCluster:
                 "port": self.port,
                 "target": self.target,
                 "log": str(self.log_path),
+                "argv": self.argv,
+                "restarts": self.restarts.get("coordinator", 0),
+                "gave_up": self.gave_up.get("coordinator"),
             },
             "redis": redis_info,
             "ray_address": self.settings.ray_address,
+            "supervisor": self.supervisor,
         }
 
     def write_manifest(self, *, detached: bool) -> None:
@@ -278,20 +343,7 @@ def start(
             argv += ["--redis-url", redis_url]
         if resolved.ray_address:
             argv += ["--ray-address", resolved.ray_address]
-        log_path = data_dir / COORDINATOR_LOG
-        with open(log_path, "ab") as log:
-            log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(argv)}\n".encode())
-            log.flush()
-            offset = log.tell()
-            with _sigint_not_ignored_in_children():
-                coordinator = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=log,
-                    env=_child_environment(),
-                    start_new_session=True,
-                )
+        coordinator, offset = spawn_coordinator(argv, data_dir / COORDINATOR_LOG)
         cluster = LocalCluster(
             resolved,
             data_dir,
@@ -301,6 +353,7 @@ def start(
             resolved.port,
             redis_url,
             redis_server,
+            argv=argv,
         )
         cluster.write_manifest(detached=False)
         cluster.port = _wait_serving(cluster, offset, timeout_s)
@@ -314,6 +367,25 @@ def start(
             redis_server.stop()
         manifest_path(data_dir).unlink(missing_ok=True)
         raise
+
+
+def spawn_coordinator(argv: Sequence[str], log_path: Path) -> tuple[subprocess.Popen, int]:
+    """Start the coordinator in a session of its own, its output appended to ``log_path`` after
+    a header line; returns the process and the log offset where its output begins."""
+    with open(log_path, "ab") as log:
+        log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(argv)}\n".encode())
+        log.flush()
+        offset = log.tell()
+        with _sigint_not_ignored_in_children():
+            coordinator = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=_child_environment(),
+                start_new_session=True,
+            )
+    return coordinator, offset
 
 
 def _check_redis(url: str) -> None:
@@ -393,13 +465,25 @@ def up(
             file=out,
             flush=True,
         )
+        from deploy.supervise import Supervisor, start_supervisor
+
         if detach:
             cluster.write_manifest(detached=True)
-            print("  stop it with: geopubsub down", file=out, flush=True)
+            try:
+                record = start_supervisor(cluster, timeout_s=SUPERVISOR_READY_S)
+            except BaseException:
+                cluster.stop()
+                raise
+            print(
+                f"  supervisor pid {record['pid']}, log {record['log']}\n"
+                "  stop it with: geopubsub down",
+                file=out,
+                flush=True,
+            )
             return 0
         print("  Ctrl-C stops it", file=out, flush=True)
         try:
-            code = _watch(cluster, out)
+            code = Supervisor(cluster, out=out, detached=False).run()
         except KeyboardInterrupt:
             code = 0
             print("\nstopping the cluster ...", file=out, flush=True)
@@ -407,31 +491,6 @@ def up(
             cluster.stop()
     print("geopubsub cluster stopped", file=out, flush=True)
     return code
-
-
-def _watch(cluster: LocalCluster, out: TextIO) -> int:
-    """Sleep while the cluster runs; the exit code once the coordinator or Redis ended."""
-    while True:
-        code = cluster.coordinator.poll()
-        if code is not None:
-            if code in _STOPPED:  # stopped from outside (``geopubsub down``, a signal)
-                return 0
-            print(
-                f"the coordinator exited with code {code}; {cluster.log_path}:\n"
-                + log_tail(cluster.log_path, 30),
-                file=out,
-                flush=True,
-            )
-            return 1
-        if cluster.redis is not None and cluster.redis.process.poll() is not None:
-            print(
-                f"redis-server exited; {cluster.redis.log_path}:\n"
-                + log_tail(cluster.redis.log_path, 20),
-                file=out,
-                flush=True,
-            )
-            return 1
-        time.sleep(0.5)
 
 
 @contextlib.contextmanager
@@ -479,6 +538,13 @@ def down(data_dir: str | Path, *, out: TextIO | None = None) -> int:
     if manifest is None:
         print(f"no local cluster in {data_dir} (no {CLUSTER_FILE})", file=out)
         return 0
+    sup = manifest.get("supervisor") or {}
+    if sup.get("pid") and alive(sup["pid"], started=sup.get("started")):
+        # first, so that it restarts nothing of what follows; it may have restarted a process
+        # just before: the pids are read again after it stopped
+        print(f"stopping the supervisor (pid {sup['pid']}) ...", file=out, flush=True)
+        stop_process(sup["pid"], grace_s=SUPERVISOR_STOP_S, started=sup.get("started"))
+        manifest = read_manifest(data_dir) or manifest
     coord = manifest["coordinator"]
     if alive(coord["pid"], started=coord.get("started")):
         print(f"stopping the coordinator (pid {coord['pid']}) ...", file=out, flush=True)
@@ -502,6 +568,33 @@ def down(data_dir: str | Path, *, out: TextIO | None = None) -> int:
     return 0
 
 
+def _parts_health(target: str, timeout_s: float = 2.0) -> str:
+    """The coordinator's health per part (``coordinator.server``: ``…/redis``, ``…/shard-K``)
+    as ``redis SERVING, shard 0 SERVING, shard 1 NOT_SERVING``; "" if it has none."""
+    from coordinator.server import REDIS_HEALTH, shard_health_name
+    from shard.partition_map import MAX_PARTS
+
+    names = [("redis", REDIS_HEALTH)] + [
+        (f"shard {k}", shard_health_name(k)) for k in range(MAX_PARTS)
+    ]
+    out = []
+    with GeoPubSubClient(target) as client:
+        for label, name in names:
+            try:
+                out.append(f"{label} {client.health(name, timeout_s=timeout_s)}")
+            except grpc.RpcError:  # NOT_FOUND: no such part (the last shard was the one before)
+                break
+    return ", ".join(out)
+
+
+def _supervision(proc: dict[str, Any]) -> str:
+    """``, restarts N`` and, once the supervisor gave up on the process, why."""
+    text = f", restarts {proc.get('restarts', 0)}"
+    if proc.get("gave_up"):
+        text += f", not restarted any more ({proc['gave_up']})"
+    return text
+
+
 def status(data_dir: str | Path, *, target: str | None = None, out: TextIO | None = None) -> int:
     """``geopubsub status``: the local cluster's processes (from cluster.json), the coordinator's
     health at ``target`` (default: the recorded address) and, when SERVING, its stats. Exit code 0
@@ -518,20 +611,32 @@ def status(data_dir: str | Path, *, target: str | None = None, out: TextIO | Non
         state = "running" if alive(coord["pid"], started=coord.get("started")) else "not running"
         print(f"local cluster in {manifest['data_dir']} ({mode})", file=out)
         print(
-            f"  coordinator pid {coord['pid']} {state}, {coord['target']}, log {coord['log']}",
+            f"  coordinator pid {coord['pid']} {state}, {coord['target']}, log {coord['log']}"
+            + _supervision(coord),
             file=out,
         )
         if red.get("private"):
             state = "running" if alive(red["pid"], started=red.get("started")) else "not running"
-            print(f"  redis pid {red['pid']} {state}, {red['url']}", file=out)
+            print(f"  redis pid {red['pid']} {state}, {red['url']}" + _supervision(red), file=out)
         else:
             print(f"  redis {red.get('url')} (external)", file=out)
+        if manifest.get("detached"):
+            sup = manifest.get("supervisor") or {}
+            state = (
+                "running"
+                if sup.get("pid") and alive(sup["pid"], started=sup.get("started"))
+                else "not running: nothing restarts the processes"
+            )
+            print(f"  supervisor pid {sup.get('pid')} {state}, log {sup.get('log')}", file=out)
         target = target or coord["target"]
     elif target is None:
         print(f"no local cluster in {data_dir} (start one with: geopubsub up)", file=out)
         return 1
     health = _health(target, timeout_s=2.0)
     print(f"{target}: {health}", file=out)
+    parts = _parts_health(target)
+    if parts:
+        print(f"  health: {parts}", file=out)
     if health != "SERVING":
         return 1
     with GeoPubSubClient(target, timeout_s=5.0) as client:

@@ -141,6 +141,32 @@ def stop_session(sid: int, *, settle_s: float = 5.0) -> list[int]:
     return left
 
 
+UNKNOWN_EXIT = -1000
+"""``AdoptedProcess.returncode`` once the process is gone: its exit status went to its parent."""
+
+
+class AdoptedProcess:
+    """A process this one did not start (a detached cluster's, found in ``cluster.json``),
+    known by pid and start time: the part of ``subprocess.Popen`` the launcher uses (``pid``,
+    ``poll``, ``send_signal``, ``returncode``). Its exit status is not ours to read: once it is
+    gone, ``returncode`` is ``UNKNOWN_EXIT``."""
+
+    def __init__(self, pid: int, started: int | None) -> None:
+        self.pid = pid
+        self.started = started
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and not alive(self.pid, started=self.started):
+            self.returncode = UNKNOWN_EXIT
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that was free on ``host`` a moment ago (the caller may lose a race for it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

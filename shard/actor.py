@@ -33,6 +33,7 @@ lock: calls from Ray and from the channel never interleave.
 from __future__ import annotations
 
 import functools
+import os
 import pickle
 import threading
 import uuid
@@ -93,13 +94,15 @@ class ShardActor:
     # ---- lifecycle ----------------------------------------------------------------------------
     @_locked
     def info(self) -> dict[str, Any]:
-        """Shard id, incarnation token, whether it awaits a rebuild, size and clock. Never raises."""
+        """Shard id, incarnation token, whether it awaits a rebuild, size, clock and the
+        process id (fault tests stop it). Never raises."""
         return {
             "shard_id": self._shard_id,
             "incarnation": self._incarnation,
             "needs_rebuild": self._needs_rebuild,
             "subscriptions": len(self._state),
             "now": self._state.now,
+            "pid": os.getpid(),
         }
 
     @_locked
@@ -108,6 +111,7 @@ class ShardActor:
     ) -> int:
         """Replace the whole state by a bulk build of ``subs`` at ``now`` (no live messages),
         with their ``tags``. Idempotent. Returns the number of subscriptions."""
+        self._fence()
         self._state = ShardState.build(self._shard_id, subs, now, tags=tags, **self._options)
         self._needs_rebuild = False
         freeze_long_lived()
@@ -129,10 +133,17 @@ class ShardActor:
             raise ValidationError(
                 "snapshot.shard_id", state.shard_id, f"this actor is shard {self._shard_id}"
             )
+        self._fence()
         self._state = state
         self._needs_rebuild = False
         freeze_long_lived()
         return len(state)
+
+    def _fence(self) -> None:
+        """A new state: rounds sent over a channel connection opened before it are turned
+        away (``shard.channel``), also when this load fails half-way."""
+        if self._channel is not None:
+            self._channel.fence()
 
     @_locked
     def snapshot(self) -> bytes:
@@ -157,7 +168,9 @@ class ShardActor:
         """(host, port, token) of the direct connection for rounds (``shard.channel``), opened
         on the first call on this node's address."""
         if self._channel is None:
-            self._channel = ChannelServer(ray.util.get_node_ip_address(), self.apply_pickled)
+            self._channel = ChannelServer(
+                ray.util.get_node_ip_address(), self.apply_pickled, lock=self._lock
+            )
         return (*self._channel.address, self._channel.token)
 
     @_locked

@@ -17,6 +17,12 @@ Protocol (one connection, calls answered in the order sent):
 
 ``ChannelServer`` runs in the actor on threads (one per connection), calling ``handler``
 under the actor's lock; ``Channel`` is the coordinator's asyncio end.
+
+A bulk load replaces the shard's state, so a round sent before it must not be applied after
+it (a shard that was stopped, SIGSTOP, then loaded and continued would otherwise read the
+rounds still waiting in its socket and apply them to the new state): ``fence()`` (the actor
+calls it when it loads) turns every connection opened before it away. A request on such a
+connection is answered FAILED and the connection closed; the coordinator opens a new one.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ TOKEN_BYTES = 32
 _REQUEST = struct.Struct("!Id")
 _ANSWER = struct.Struct("!BI")
 OK, FAILED = 0, 1
+FENCED = b"the shard was loaded again since this connection opened; reconnect"
 
 
 def _read_exactly(sock: socket.socket, n: int) -> bytes | None:
@@ -56,10 +63,21 @@ def _read_exactly(sock: socket.socket, n: int) -> bytes | None:
 
 class ChannelServer:
     """Listens on ``host`` (an ephemeral port) and answers each request with
-    ``handler(payload, now) -> bytes``; an exception becomes a FAILED answer with its text."""
+    ``handler(payload, now) -> bytes``; an exception becomes a FAILED answer with its text.
+    ``lock`` (the actor's) is held around the check of a connection's fence and its handler
+    call together."""
 
-    def __init__(self, host: str, handler: Callable[[bytes, float], bytes]) -> None:
+    def __init__(
+        self,
+        host: str,
+        handler: Callable[[bytes, float], bytes],
+        *,
+        lock: threading.RLock | None = None,
+    ) -> None:
         self.handler = handler
+        self.lock = lock if lock is not None else threading.RLock()
+        self.epoch = 0
+        """Raised by ``fence``; a connection serves only while it equals the one it opened in."""
         self.token = secrets.token_bytes(TOKEN_BYTES)
         self._sock = socket.create_server((host, 0))
         self.address = (host, self._sock.getsockname()[1])
@@ -81,6 +99,8 @@ class ChannelServer:
             token = _read_exactly(conn, TOKEN_BYTES)
             if token is None or not hmac.compare_digest(token, self.token):
                 return
+            with self.lock:
+                epoch = self.epoch
             try:
                 while True:
                     head = _read_exactly(conn, _REQUEST.size)
@@ -90,13 +110,26 @@ class ChannelServer:
                     payload = _read_exactly(conn, n)
                     if payload is None:
                         return
-                    try:
-                        status, out = OK, self.handler(payload, now)
-                    except Exception as exc:
-                        status, out = FAILED, f"{type(exc).__name__}: {exc}".encode()
+                    with self.lock:
+                        fenced = epoch != self.epoch
+                        if fenced:
+                            status, out = FAILED, FENCED
+                        else:
+                            try:
+                                status, out = OK, self.handler(payload, now)
+                            except Exception as exc:
+                                status, out = FAILED, f"{type(exc).__name__}: {exc}".encode()
                     conn.sendall(_ANSWER.pack(status, len(out)) + out)
+                    if fenced:
+                        return
             except OSError:  # the coordinator went away; it reconnects
                 return
+
+    def fence(self) -> None:
+        """Turn away every connection opened so far (the state was replaced: a round sent
+        before must not be applied to it). Call it holding ``lock``."""
+        with self.lock:
+            self.epoch += 1
 
     def close(self) -> None:
         """Stop listening (connections already made stay until their client goes)."""

@@ -7,7 +7,8 @@
     │   └── ExpressionError    a keyword expression that does not parse  -> INVALID_ARGUMENT
     ├── NotFoundError          an unknown id                             -> NOT_FOUND
     ├── UnavailableError       a shard or Redis cannot be reached        -> UNAVAILABLE
-    │   └── StoreFullError     Redis at its maxmemory refuses writes     -> RESOURCE_EXHAUSTED
+    │   ├── StoreFullError     Redis at its maxmemory refuses writes     -> RESOURCE_EXHAUSTED
+    │   └── ShardDeadError     a shard's actor is gone for good          -> UNAVAILABLE
     └── OverloadedError        backpressure: a queue or store is full    -> RESOURCE_EXHAUSTED
 
 The mapping to gRPC status codes lives in one place in the coordinator.
@@ -66,6 +67,11 @@ class StoreFullError(UnavailableError):
     """Redis refused a write at its maxmemory (policy noeviction); nothing of it was written.
     Code that waits for Redis to take writes again treats it as the UnavailableError it is; a
     client gets RESOURCE_EXHAUSTED (it is full, not down)."""
+
+
+class ShardDeadError(UnavailableError):
+    """A shard's Ray actor is dead for good (its restarts are used up): only a new actor
+    brings the shard back (the coordinator makes one)."""
 
 
 class OverloadedError(GeoPubSubError):

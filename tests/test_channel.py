@@ -1,7 +1,8 @@
 """The direct shard channel (``shard.channel``) over real loopback sockets: answers in order,
 a failing call fails alone, a wrong token is refused, a lost connection fails every waiting call
-with UNAVAILABLE; and through a real shard actor, rounds over the channel give what rounds over
-Ray calls give, and a restarted actor's channel is opened again."""
+with UNAVAILABLE, a fence turns older connections away; and through a real shard actor, rounds
+over the channel give what rounds over Ray calls give, and a restarted actor's channel is opened
+again."""
 
 from __future__ import annotations
 
@@ -80,6 +81,35 @@ def test_a_lost_connection_fails_every_waiting_call():
 
     asyncio.run(main())
     server.close()
+
+
+def test_a_fence_turns_away_the_connections_opened_before_it():
+    """What a shard's load does (``ShardActor.load``): a round still waiting on an older
+    connection must not be applied to the new state; a connection opened after serves."""
+    applied = []
+
+    def handler(payload: bytes, now: float) -> bytes:
+        applied.append(payload)
+        return pickle.dumps(payload)
+
+    server = ChannelServer("127.0.0.1", handler)
+
+    async def main():
+        old = await Channel.open(server.address, server.token, "shard 4")
+        assert pickle.loads(await old.call(b"before", 1.0)) == b"before"
+        server.fence()
+        with pytest.raises(UnavailableError, match="loaded again since this connection opened"):
+            await asyncio.wait_for(old.call(b"stale", 2.0), 5)
+        with pytest.raises(UnavailableError):  # and the old connection is closed
+            await asyncio.wait_for(old.call(b"stale again", 3.0), 5)
+        new = await Channel.open(server.address, server.token, "shard 4")
+        assert pickle.loads(await new.call(b"after", 4.0)) == b"after"
+        await new.close()
+        await old.close()
+
+    asyncio.run(main())
+    server.close()
+    assert applied == [b"before", b"after"]
 
 
 def test_a_closed_port_is_unavailable():
