@@ -303,6 +303,15 @@ class Coordinator:
             self._dirty |= ids
             raise
 
+    def stalled(self) -> str:
+        """Why operations may be waiting: the retention log failing to write, shards down."""
+        parts = []
+        if self.deliveries.log_failing is not None:
+            parts.append(f"the retention log cannot be written ({self.deliveries.log_failing})")
+        if self.engine is not None:
+            parts += self.engine.down_shards().values()
+        return "; ".join(parts)
+
     def moved(self, sub_id: str) -> None:
         self._dirty.add(sub_id)
 
@@ -334,15 +343,26 @@ def _centres(subs: Sequence[Subscription]) -> list[tuple[float, float]]:
     return out
 
 
-async def _within(fut, context, limit: float):
-    """Await ``fut`` no longer than the call's deadline (or ``limit``). A done future answers
+async def _within(fut, context, limit: float, why: Callable[[], str] | None = None):
+    """Await ``fut`` no longer than the call's deadline (or ``limit``, the server's
+    ``deadline_s``). Past the call's own deadline: DEADLINE_EXCEEDED; past ``limit``:
+    UNAVAILABLE, with ``why()`` (a shard or Redis is slow or unreachable). A done future answers
     at once: ``wait_for`` would take a turn of the event loop for it (a batch's answers are
     read this way, one per message)."""
     if fut.done():
         return fut.result()
     remaining = context.time_remaining()
     timeout = limit if remaining is None else min(limit, max(remaining, 0.0))
-    return await asyncio.wait_for(asyncio.shield(fut), timeout)
+    try:
+        return await asyncio.wait_for(asyncio.shield(fut), timeout)
+    except TimeoutError:
+        if remaining is not None and remaining <= limit:
+            raise  # the caller's own deadline
+        reason = why() if why is not None else ""
+        raise UnavailableError(
+            f"not done within deadline_s={limit:g} s{': ' + reason if reason else ''}; it may "
+            "still take effect (a publish retried with its message id is not delivered twice)"
+        ) from None
 
 
 class GeoPubSubService(pb_grpc.GeoPubSubServicer):
@@ -364,7 +384,9 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
         # applies it must not leave a subscription that a restart forgets
         where = tuple(self.engine.pm.overlapping(region_bbox(sub.region)))
         await self.app.md.put_subscriptions([(sub, where)])
-        await _within(self.engine.subscribe(sub), context, self.app.settings.deadline_s)
+        await _within(
+            self.engine.subscribe(sub), context, self.app.settings.deadline_s, self.app.stalled
+        )
         if ephemeral != (sub.id in self.app.slots.ephemeral):
             await self.app.md.set_ephemeral(sub.id, ephemeral)
             self.app.slots.set_ephemeral(sub.id, ephemeral)
@@ -375,7 +397,7 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
         sub_id = request.id
         fut = self.engine.unsubscribe(sub_id)  # NotFoundError before anything changes
         await self.app.md.delete_subscriptions([sub_id])
-        await _within(fut, context, self.app.settings.deadline_s)
+        await _within(fut, context, self.app.settings.deadline_s, self.app.stalled)
         self.app.slots.set_ephemeral(sub_id, False)
         return pb.UnsubscribeResponse()
 
@@ -448,9 +470,12 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
         # duplicate is answered by its first publish, or was already: an int)
         pending = [f for f in futs if isinstance(f, asyncio.Future)]
         if pending:
-            await _within(pending[-1], context, limit)
+            await _within(pending[-1], context, limit, self.app.stalled)
         matches = [
-            await _within(f, context, limit) if isinstance(f, asyncio.Future) else f for f in futs
+            await _within(f, context, limit, self.app.stalled)
+            if isinstance(f, asyncio.Future)
+            else f
+            for f in futs
         ]
         if not batch:
             return pb.PublishResponse(id=ids[0], matched=matches[0])
@@ -482,8 +507,8 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
 
     async def _moved(self, futs: list[asyncio.Future], context) -> list[pb.Delivery]:
         limit = self.app.settings.deadline_s
-        await _within(futs[-1], context, limit)  # rounds finish in order
-        return [d for f in futs for d in await _within(f, context, limit)]
+        await _within(futs[-1], context, limit, self.app.stalled)  # rounds finish in order
+        return [d for f in futs for d in await _within(f, context, limit, self.app.stalled)]
 
     @grpc_errors
     async def UpdateLocation(self, request, context):
