@@ -54,6 +54,11 @@ class Settings:
     """``maxmemory`` of the private redis-server ``geopubsub up`` starts (policy ``noeviction``:
     a write that would pass it is refused, and the coordinator answers RESOURCE_EXHAUSTED);
     0: unlimited. Not applied to a Redis given by ``redis_url``."""
+    redis_fsync: str = "everysec"
+    """``appendfsync`` of the private redis-server: "everysec" (an acknowledged publish is in
+    Redis and its append-only file, fsynced within a second: a killed process loses nothing, a
+    power failure up to a second), "always" (fsynced before it is acknowledged: each round's
+    write waits for the disk) or "no" (the OS decides)."""
     retention_max: int = 10_000
     """Deliveries kept per subscription in the Redis retention log."""
     retention_s: float = 3600.0
@@ -125,6 +130,12 @@ class Settings:
         _check(self.restart_max >= 0, "restart_max", self.restart_max, ">= 0")
         _check(self.restart_window_s > 0, "restart_window_s", self.restart_window_s, "> 0")
         _check(bool(self.namespace), "namespace", self.namespace, "non-empty")
+        _check(
+            self.redis_fsync in ("always", "everysec", "no"),
+            "redis_fsync",
+            self.redis_fsync,
+            '"always", "everysec" or "no"',
+        )
 
     @classmethod
     def load(

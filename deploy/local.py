@@ -331,7 +331,7 @@ def start(
             redis_url = settings.redis_url
             _check_redis(redis_url)
         else:
-            redis_server = RedisServer(data_dir, maxmemory_mb=settings.redis_maxmemory_mb).start()
+            redis_server = RedisServer(data_dir, extra_args=redis_options(settings)).start()
             redis_url = redis_server.url
         resolved = dataclasses.replace(settings, data_dir=str(data_dir), redis_url=redis_url)
         config = data_dir / CONFIG_FILE
@@ -386,6 +386,16 @@ def spawn_coordinator(argv: Sequence[str], log_path: Path) -> tuple[subprocess.P
                 start_new_session=True,
             )
     return coordinator, offset
+
+
+def redis_options(settings: Settings) -> list[str]:
+    """The private redis-server's options from the settings (kept in ``cluster.json``: a
+    restart by the supervisor uses them again)."""
+    return [
+        "--maxmemory", f"{settings.redis_maxmemory_mb}mb",
+        "--maxmemory-policy", "noeviction",
+        "--appendfsync", settings.redis_fsync,
+    ]  # fmt: skip
 
 
 def _check_redis(url: str) -> None:

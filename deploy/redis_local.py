@@ -133,7 +133,7 @@ class RedisServer:
             "--logfile", str(self.log_path),
             "--maxmemory", f"{self.maxmemory_mb}mb",
             "--maxmemory-policy", "noeviction",
-            *self.extra_args,
+            *self.extra_args,  # (later options win: a restart passes them all again)
         ]  # fmt: skip
 
     def start(self, *, timeout_s: float = STARTUP_TIMEOUT_S) -> RedisServer:

@@ -73,7 +73,9 @@ def _report(tmp_path: Path) -> dict:
 
 
 def test_up_detached_hands_over_the_settings_and_down_stops_everything(tmp_path):
-    settings = _settings(tmp_path, shards=3, batch_max=9, redis_maxmemory_mb=64)
+    settings = _settings(
+        tmp_path, shards=3, batch_max=9, redis_maxmemory_mb=64, redis_fsync="always"
+    )
     # An inherited GEOPUBSUB_* variable must not override the resolved settings.
     out = _up_detached(settings, env={"GEOPUBSUB_BATCH_MAX": "7", "FAKE_COORDINATOR_LEFTOVER": "1"})
     manifest = local.read_manifest(tmp_path)
@@ -98,6 +100,10 @@ def test_up_detached_hands_over_the_settings_and_down_stops_everything(tmp_path)
     assert client.get("fake.key") == "written by the fake coordinator"
     config = client.config_get("maxmemory*")
     assert (config["maxmemory"], config["maxmemory-policy"]) == (str(64 * 2**20), "noeviction")
+    assert client.config_get("appendfsync")["appendfsync"] == "always"
+    # what a restart by the supervisor starts redis-server with again
+    assert red["extra_args"] == local.redis_options(settings)
+    assert "64mb" in red["extra_args"] and "always" in red["extra_args"]
     client.set("kept", "across restarts")
     client.close()
     assert local.manifest_target(tmp_path) == coord["target"]
