@@ -176,17 +176,15 @@ class Deliveries:
         # the round's durable deliveries, grouped by subscription (a record each)
         matched = {}
         pub_ids: list[str] = []
-        pending = self.dedupe.pending
-        if pending:
+        if self.dedupe.ids:
+            pending = self.dedupe.pending
             for op, a, b in rnd.spans:
-                # (one that failed is not published: a retry must publish it)
-                if (
-                    op.kind == "pub"
-                    and not op.future.done()
-                    and pending.get(op.arg.id) is op.future
-                ):
-                    pub_ids.append(op.arg.id)
-                    matched[op.arg.id] = b - a  # a publish's deliveries are ADDs
+                if op.kind == "pub" and pending(op.arg.id, op.future):
+                    if op.future.done():  # failed: not published, a retry must publish it
+                        self.dedupe.forget(op.arg.id)
+                    else:
+                        pub_ids.append(op.arg.id)
+                        matched[op.arg.id] = b - a  # a publish's deliveries are ADDs
         d = np.flatnonzero(durable)
         n, blob = 0, b""
         state = (
