@@ -183,13 +183,12 @@ class Node:
         await self.channel.close()
         await self.server.stop(None)
         app = self.app
-        app._persist_task.cancel()
         app.engine._task.cancel()
         writer = app.deliveries._writer
         if writer is not None:
             writer.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
-            await asyncio.gather(app._persist_task, app.engine._task, return_exceptions=True)
+            await asyncio.gather(app.engine._task, return_exceptions=True)
         await app.md.close()
 
     async def __aexit__(self, *exc):
