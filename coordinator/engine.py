@@ -58,7 +58,7 @@ from shard.errors import (
     UnavailableError,
     ValidationError,
 )
-from shard.geometry import region_bbox
+from shard.geometry import region_bbox, region_centre
 from shard.model import Message, Point, Rect, Subscription
 from shard.partition_map import PartitionMap
 
@@ -568,6 +568,8 @@ class Engine:
             else:
                 if op.kind == "move":
                     rnd.moved.append((op.arg, op.point.lon, op.point.lat))
+                elif op.kind == "sub" and op.arg.moving:  # its own centre, after earlier moves
+                    rnd.moved.append((op.arg.id, *region_centre(op.arg.region)))
                 parts = [p for p in parts if not isinstance(p, Exception)]
                 self._merge([(slot(s), g, m) for p in parts for s, g, m in p], rnd, op)
                 if op.kind == "unsub":

@@ -79,7 +79,7 @@ class Metadata:
     @property
     def pos_key(self) -> str:
         """The hash of moving subscriptions' last positions (``coordinator.retention``)."""
-        return self.key("pos")
+        return codec.pos_key(self.ns)
 
     async def close(self) -> None:
         await self.r.aclose()

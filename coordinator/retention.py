@@ -362,6 +362,13 @@ class RoundLog:
         """Set ephemeral subscriptions' leases (at a clean stop: to their exact sequences)."""
         await self.md.hset_pairs(self.lease_key, leases)
 
+    async def positions(self) -> dict[str, tuple[float, float]]:
+        """Where each moving subscription's last move (or registration) put its centre."""
+        return {
+            k.decode(): struct.unpack("<dd", v)
+            for k, v in (await self.md.hgetall(self.pos_key)).items()
+        }
+
     async def read(
         self, sub_id: str, head: int, after: int, *, keep: int, now: float
     ) -> list[Entry]:
@@ -427,10 +434,7 @@ class RoundLog:
             (v[8:], struct.unpack_from("<d", v)[0])
             for v in (await self.md.hgetall(self.live_key)).values()
         ]
-        got.positions = {
-            k.decode(): struct.unpack("<dd", v)
-            for k, v in (await self.md.hgetall(self.pos_key)).items()
-        }
+        got.positions = await self.positions()
         self.last_round = hi
         self.kept = collections.deque(got.rounds)
         self.bytes = sum(r[2] for r in got.rounds)

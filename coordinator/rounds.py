@@ -40,7 +40,8 @@ class Round:
     expired: list[str] = field(default_factory=list)
     """Stored messages the round expired."""
     moved: list[tuple[str, float, float]] = field(default_factory=list)
-    """Moves routed in the round: subscription id, lon, lat (its new centre)."""
+    """Where the round put moving subscriptions: subscription id, lon, lat (the new centre of
+    a move, or of a moving subscription registered anew)."""
     _index: dict[str, int] = field(default_factory=dict)
 
     def __len__(self) -> int:

@@ -50,8 +50,6 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 STREAM_WINDOW = 4096
 """Operations (messages, moves) of one PublishStream / LocationStream in flight before it reads
 more requests (backpressure)."""
-PERSIST_EVERY_S = 1.0
-"""Moved subscriptions' regions are written to Redis in batches this often."""
 MAX_PUBLISH_BATCH = 10_000
 """Messages in one PublishRequest's ``messages``."""
 
@@ -105,9 +103,7 @@ class Coordinator:
         )
         self.engine: Engine | None = None
         self.started = clock()
-        self._dirty: set[str] = set()
         self._reload_lock = asyncio.Lock()
-        self._persist_task: asyncio.Task | None = None
         self.health: health.aio.HealthServicer | None = None
         """The health service (``create_server`` sets it)."""
         self._unhealthy: asyncio.Task | None = None
@@ -123,13 +119,12 @@ class Coordinator:
         shards = [self.shard_factory(k) for k in range(self.settings.shards)]
         n = await self._load(shards)
         log.info("loaded %d subscriptions into %d shards", n, len(shards))
-        self._persist_task = asyncio.get_running_loop().create_task(self._persist_loop())
 
     def _live_entry(self, payload: bytes, expiry: float):
         mp = pb.Message.FromString(payload)
         return from_proto_message(mp, default_id=mp.id, field="live"), payload, expiry
 
-    async def _load(self, shards: list[ShardHandle], live=()) -> int:
+    async def _load(self, shards: list[ShardHandle], live=(), positions=None) -> int:
         """Read the subscriptions, the ephemeral set and the partition map from Redis, bulk-load
         every shard and start a fresh engine over ``shards``. Returns the subscriptions."""
         s = self.settings
@@ -139,8 +134,9 @@ class Coordinator:
         got = None
         if not self._recovered:  # numbering, log chains, positions, live messages: the log
             got = await self.log.recover()
-            if got.positions:
-                subs = [_placed(s, got.positions.get(s.id)) for s in subs]
+            positions = got.positions
+        if positions:  # moving subscriptions where their last move put them
+            subs = [_placed(s, positions.get(s.id)) for s in subs]
         self.slots.replace_ephemeral(await self.md.ephemeral_ids())
         pm = await self.md.load_partition_map()
         if pm is None or len(pm) != s.shards:
@@ -210,9 +206,9 @@ class Coordinator:
         without an ADD before)."""
         async with self._reload_lock:
             old = self.engine
-            await self._persist()
             await old.stop()
-            n = await self._load(old.shards, list(old.live.values()))
+            await self.deliveries.drain()  # every round written: the positions are current
+            n = await self._load(old.shards, list(old.live.values()), await self.log.positions())
             log.info("reloaded %d subscriptions", n)
             return n
 
@@ -267,14 +263,8 @@ class Coordinator:
             self._health_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._health_task
-        if self._persist_task is not None:
-            self._persist_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._persist_task
         if self.engine is not None:
             await self.engine.stop()
-            with contextlib.suppress(Exception):
-                await self._persist()
         await self.deliveries.drain()
         await self.md.close()
         if self.engine is not None:
@@ -282,26 +272,6 @@ class Coordinator:
                 close = getattr(shard, "close", None)  # a RayShard's channel
                 if close is not None:
                     await close()
-
-    async def _persist_loop(self) -> None:
-        while True:
-            await asyncio.sleep(PERSIST_EVERY_S)
-            try:
-                await self._persist()
-            except Exception:  # Redis away for a moment: keep the dirty set, try again
-                log.warning("could not persist moved subscriptions", exc_info=True)
-
-    async def _persist(self) -> None:
-        if not self._dirty:
-            return
-        eng = self.engine
-        ids, self._dirty = self._dirty, set()
-        items = [(eng.subs[i], eng.placement[i]) for i in ids if i in eng.subs]
-        try:
-            await self.md.put_subscriptions(items)
-        except Exception:
-            self._dirty |= ids
-            raise
 
     def stalled(self) -> str:
         """Why operations may be waiting: the retention log failing to write, shards down."""
@@ -311,9 +281,6 @@ class Coordinator:
         if self.engine is not None:
             parts += self.engine.down_shards().values()
         return "; ".join(parts)
-
-    def moved(self, sub_id: str) -> None:
-        self._dirty.add(sub_id)
 
 
 def _check_batch_ids(msgs: Sequence) -> None:
@@ -500,10 +467,7 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
         """Validate an UpdateLocationRequest whole, then hand its move(s) to the engine."""
         moves, fields = from_proto_location_request(request, MAX_MOVE_BATCH)
         self.app.deliveries.check_writable()
-        futs = self.engine.move_many(moves, fields)
-        for sub_id, _ in moves:  # persisted by the next batch write even if the call times out
-            self.app.moved(sub_id)
-        return futs
+        return self.engine.move_many(moves, fields)  # (positions are written with the round)
 
     async def _moved(self, futs: list[asyncio.Future], context) -> list[pb.Delivery]:
         limit = self.app.settings.deadline_s

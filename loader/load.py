@@ -87,6 +87,7 @@ while pos <= #data do
     unchanged = unchanged + 1
   else
     if old[1] then changed = changed + 1 else new = new + 1 end
+    redis.call('HDEL', KEYS[3], id)
     if old[3] then
       redis.call('HSET', k, f_sub, sub, f_shards, shards, f_updated, stamp)
     else
@@ -103,7 +104,8 @@ return {new, changed, unchanged}
 """One batch of upserts, run inside Redis: a subscription whose stored ``sub`` and ``shards``
 equal the new ones is left alone, any other gets what ``Metadata.put_subscriptions`` writes
 (``created`` only where absent; ``sub``, ``shards``, ``updated``; its id added to the set), and
-every id is added to the ephemeral set (ARGV[8] "1") or removed from it.
+every id is added to the ephemeral set (ARGV[8] "1") or removed from it; a subscription written
+anew loses its last moved position (KEYS[3]: its region is the one loaded).
 Keys, field names and values all come from the caller (``shard.metadata_codec``); the batch is
 one argument: id, sub JSON and shards of each subscription, each followed by a line break (an
 id is printable and JSON escapes line breaks, so no field holds one). One argument instead of
@@ -139,6 +141,7 @@ def upsert_subscriptions(
     ]
     subs_key = codec.subs_key(ns)
     eph_key = codec.ephemeral_key(ns)
+    pos_key = codec.pos_key(ns)
     it = iter(items)
     try:
         while chunk := list(islice(it, batch)):
@@ -149,7 +152,8 @@ def upsert_subscriptions(
                     counts["shard", k] = counts.get(("shard", k), 0) + 1
             data = "\n".join(lines) + "\n"
             new, changed, unchanged = upsert(
-                keys=[subs_key, eph_key], args=[*head, data, "1" if ephemeral else "0"]
+                keys=[subs_key, eph_key, pos_key],
+                args=[*head, data, "1" if ephemeral else "0"],
             )
             counts["new"] += new
             counts["changed"] += changed

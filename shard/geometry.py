@@ -124,3 +124,17 @@ def region_bbox(region) -> tuple[float, float, float, float]:
     (0.0, 1.0, 2.0, 3.0)
     """
     return region_columns(region)[1]
+
+
+def region_centre(region) -> tuple[float, float]:
+    """The point a moving subscription's region is centred on (``recentre`` puts it there): a
+    circle's centre, a rectangle's middle.
+
+    >>> from shard.model import Circle, Rect
+    >>> region_centre(Rect(0.0, 1.0, 2.0, 3.0)), region_centre(Circle(179.9, 0.0, 50_000.0))
+    ((1.0, 2.0), (179.9, 0.0))
+    """
+    lon = getattr(region, "lon", None)
+    if lon is not None:
+        return lon, region.lat
+    return (region.min_lon + region.max_lon) / 2, (region.min_lat + region.max_lat) / 2

@@ -44,6 +44,13 @@ def sub_key(ns: str, sub_id: str) -> str:
     return key(ns, "sub", sub_id)
 
 
+def pos_key(ns: str) -> str:
+    """The hash of moving subscriptions' centres after their last move (``<dd`` lon, lat),
+    written with each round (``coordinator.retention``); a subscription written anew (Subscribe,
+    the bulk loader) drops its entry."""
+    return key(ns, "pos")
+
+
 def ephemeral_key(ns: str) -> str:
     """The set of subscriptions whose deliveries skip the retention log."""
     return key(ns, "ephemeral")

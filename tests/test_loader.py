@@ -249,8 +249,15 @@ def test_a_rerun_changes_nothing_and_a_changed_row_replaces_the_old(spark, redis
     assert _redis_state(redis_url, "idem") == before
     rows[3] = dict(rows[3], id=rows[3]["id"]) | {"moving": True}
     write_jsonl(path, rows)
+    r = redis.Redis.from_url(redis_url)
+    moved = {rows[3]["id"]: b"A" * 16, rows[4]["id"]: b"B" * 16}  # positions of earlier moves
+    r.hset("idem:pos", mapping=moved)
     third = _load(spark, [path], redis_url, "idem", shards=2, stamp=3000.0)
     assert (third.new, third.changed, third.unchanged) == (0, 1, 299)
+    # the subscription written anew starts from its new region; the unchanged one stays moved
+    assert r.hgetall("idem:pos") == {rows[4]["id"].encode(): b"B" * 16}
+    r.delete("idem:pos")
+    r.close()
     after = _redis_state(redis_url, "idem")
     changed = [k for k in after if after[k] != before[k]]
     k3 = b"idem:sub:" + rows[3]["id"].encode()

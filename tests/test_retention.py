@@ -183,13 +183,12 @@ class Node:
         await self.channel.close()
         await self.server.stop(None)
         app = self.app
-        app._persist_task.cancel()
         app.engine._task.cancel()
         writer = app.deliveries._writer
         if writer is not None:
             writer.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
-            await asyncio.gather(app._persist_task, app.engine._task, return_exceptions=True)
+            await asyncio.gather(app.engine._task, return_exceptions=True)
         await app.md.close()
 
     async def __aexit__(self, *exc):
@@ -577,5 +576,20 @@ def test_a_publish_that_failed_on_its_shard_is_published_when_retried(redis_url)
                 assert _shape(await _read(stub, "d")) == [(1, "again")]
         finally:
             await stop_server(server, app)
+
+    asyncio.run(main())
+
+
+def test_reload_keeps_moved_positions_and_live_messages(redis_url):
+    async def main():
+        async with Node(_settings(redis_url, uuid.uuid4().hex)) as a:
+            await a.stub.Subscribe(_mover("mv"))
+            await _stored(a.stub, "L", (5, 5), ttl=60.0)
+            assert await _move(a.stub, "mv", (5, 5)) == [(1, ADD, "L")]
+            assert (await a.stub.Reload(pb.ReloadRequest())).subscriptions == 1
+            assert await _move(a.stub, "mv", (0, 0)) == [(2, REMOVE, "L")]
+            await a.stub.Subscribe(_mover("mv"))  # registered anew: back at its own centre
+            assert (await a.stub.Reload(pb.ReloadRequest())).subscriptions == 1
+            assert await _move(a.stub, "mv", (5.2, 5)) == [(3, ADD, "L")]
 
     asyncio.run(main())
