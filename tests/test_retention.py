@@ -167,11 +167,12 @@ class Node:
     """A coordinator with in-process shards and a client stub; ``crash`` stops it the way a
     killed process would: no final writes, nothing drained."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, shard=LocalShard) -> None:
         self.settings = settings
+        self.shard = shard
 
     async def __aenter__(self):
-        self.server, port, self.app = await create_server(self.settings, lambda k: LocalShard(k))
+        self.server, port, self.app = await create_server(self.settings, self.shard)
         self.target = f"127.0.0.1:{port}"
         self.channel = grpc.aio.insecure_channel(self.target)
         self.stub = pb_grpc.GeoPubSubStub(self.channel)
@@ -485,21 +486,15 @@ class LosingShard(LocalShard):
 
 def test_a_reloaded_shard_gets_its_live_messages_back(redis_url):
     async def main():
-        s = _settings(redis_url, uuid.uuid4().hex, shards=1)
-        server, port, app = await create_server(s, lambda k: LosingShard(k))
-        try:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
-                stub = pb_grpc.GeoPubSubStub(ch)
-                await stub.Subscribe(_mover("mv"))
-                await _stored(stub, "L", (5, 5), ttl=60.0)
-                LosingShard.lose = True
-                with pytest.raises(grpc.aio.AioRpcError) as e:
-                    await _stored(stub, "other", (7, 7), ttl=60.0)
-                assert e.value.code() == grpc.StatusCode.UNAVAILABLE
-                assert await _move(stub, "mv", (5, 5)) == [(1, ADD, "L")]
-                assert (await stub.GetStats(pb.GetStatsRequest())).shards[0].live_messages >= 1
-        finally:
-            await stop_server(server, app)
+        async with Node(_settings(redis_url, uuid.uuid4().hex, shards=1), LosingShard) as a:
+            await a.stub.Subscribe(_mover("mv"))
+            await _stored(a.stub, "L", (5, 5), ttl=60.0)
+            LosingShard.lose = True
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await _stored(a.stub, "other", (7, 7), ttl=60.0)
+            assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert await _move(a.stub, "mv", (5, 5)) == [(1, ADD, "L")]
+            assert (await a.stub.GetStats(pb.GetStatsRequest())).shards[0].live_messages >= 1
 
     asyncio.run(main())
 
@@ -555,27 +550,21 @@ def test_while_redis_is_down_new_operations_are_refused_and_the_log_heals_itself
 
 def test_a_publish_that_failed_on_its_shard_is_published_when_retried(redis_url):
     async def main():
-        s = _settings(redis_url, uuid.uuid4().hex, shards=1)
-        server, port, app = await create_server(s, lambda k: LosingShard(k))
-        try:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
-                stub = pb_grpc.GeoPubSubStub(ch)
-                await stub.Subscribe(_sub("d"))
-                LosingShard.lose = True
-                with pytest.raises(grpc.aio.AioRpcError) as e:
-                    await _publish(stub, "again")
-                assert e.value.code() == grpc.StatusCode.UNAVAILABLE
-                await asyncio.sleep(0.3)  # the failed round went through the delivery stage
-                for _ in range(50):  # the shard is reloaded; then the retry is published
-                    try:
-                        r = await _publish(stub, "again")
-                        break
-                    except grpc.aio.AioRpcError:
-                        await asyncio.sleep(0.1)
-                assert r.matched == 1
-                assert _shape(await _read(stub, "d")) == [(1, "again")]
-        finally:
-            await stop_server(server, app)
+        async with Node(_settings(redis_url, uuid.uuid4().hex, shards=1), LosingShard) as a:
+            await a.stub.Subscribe(_sub("d"))
+            LosingShard.lose = True
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await _publish(a.stub, "again")
+            assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+            await asyncio.sleep(0.3)  # the failed round went through the delivery stage
+            for _ in range(50):  # the shard is reloaded; then the retry is published
+                try:
+                    r = await _publish(a.stub, "again")
+                    break
+                except grpc.aio.AioRpcError:
+                    await asyncio.sleep(0.1)
+            assert r.matched == 1
+            assert _shape(await _read(a.stub, "d")) == [(1, "again")]
 
     asyncio.run(main())
 
