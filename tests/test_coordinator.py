@@ -27,6 +27,13 @@ def redis_url(tmp_path_factory):
     server.stop()
 
 
+def _settings(redis_url: str, **kw) -> Settings:
+    """Settings for a coordinator on any free port, in a namespace of its own."""
+    return Settings.load(
+        flags={"port": 0, "redis_url": redis_url, "namespace": uuid.uuid4().hex, **kw}
+    )
+
+
 class SlowShard(LocalShard):
     async def apply(self, ops, now):
         await asyncio.sleep(0.3)  # one slow round (a cold or busy shard)
@@ -37,14 +44,7 @@ def test_a_subscribe_past_its_deadline_is_still_kept_across_a_restart(redis_url)
     """The call times out but its round still applies it: Redis must have it too."""
 
     async def main():
-        s = Settings.load(
-            flags={
-                "port": 0,
-                "redis_url": redis_url,
-                "namespace": uuid.uuid4().hex,
-                "deadline_s": 0.1,
-            }
-        )
+        s = _settings(redis_url, deadline_s=0.1)
         server, port, app = await create_server(s, lambda k: SlowShard(k))
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
             stub = pb_grpc.GeoPubSubStub(ch)
@@ -220,15 +220,7 @@ def test_deep_expressions_long_ttls_and_the_live_cap_are_answered_by_name(redis_
     invalid, exhausted = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED
 
     async def main():
-        s = Settings.load(
-            flags={
-                "port": 0,
-                "redis_url": redis_url,
-                "namespace": uuid.uuid4().hex,
-                "max_ttl_s": 60.0,
-                "max_live_messages": 2,
-            }
-        )
+        s = _settings(redis_url, max_ttl_s=60.0, max_live_messages=2)
         server, port, app = await create_server(s, lambda k: LocalShard(k))
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
             stub = pb_grpc.GeoPubSubStub(ch)
