@@ -280,6 +280,14 @@ class Deliveries:
                     await self._write(w)
                 self._answer(w)
                 self._offer(w.followed, w.delivery)
+            except Exception as exc:  # a bug: this round's callers hear of it, the writer goes
+                # on (a writer that died would leave every later round waiting for it)
+                _log.critical("the delivery writer failed on a round", exc_info=True)
+                err = UnavailableError(f"delivering a round failed ({type(exc).__name__}: {exc})")
+                for fut, _ in w.answers:
+                    if not fut.done():
+                        fut.set_exception(err)
+                        fut.exception()
             finally:
                 self._handled += 1
                 if self._waiting:

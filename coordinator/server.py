@@ -193,10 +193,8 @@ class Coordinator:
         self._loop_failed = True
         if self.health is not None:
             names = ("", pb.DESCRIPTOR.services_by_name["GeoPubSub"].full_name)
-            self._unhealthy = asyncio.get_running_loop().create_task(
-                asyncio.gather(
-                    *(self.health.set(n, health_pb2.HealthCheckResponse.NOT_SERVING) for n in names)
-                )
+            self._unhealthy = asyncio.gather(  # (scheduled as it is made)
+                *(self.health.set(n, health_pb2.HealthCheckResponse.NOT_SERVING) for n in names)
             )
 
     async def reload(self) -> int:
