@@ -12,6 +12,7 @@ import pytest
 import shard.heap
 import shard.runtime
 from coordinator.server import _within
+from shard.errors import UnavailableError
 
 
 def test_docstring_examples():
@@ -52,8 +53,15 @@ def test_within_answers_a_done_future_without_suspending():
         pending = loop.create_future()
         loop.call_later(0.01, pending.set_result, 3)
         assert loop.run_until_complete(_within(pending, _Context(), 1.0)) == 3
-        late = loop.create_future()
+        late = loop.create_future()  # past the server's deadline_s: UNAVAILABLE, saying why
+        with pytest.raises(UnavailableError, match=r"deadline_s=0.01 s: shard 1 is down"):
+            loop.run_until_complete(_within(late, _Context(), 0.01, lambda: "shard 1 is down"))
+
+        class _Short(_Context):  # the call's own deadline comes first: DEADLINE_EXCEEDED
+            def time_remaining(self):
+                return 0.005
+
         with pytest.raises(TimeoutError):
-            loop.run_until_complete(_within(late, _Context(), 0.01))
+            loop.run_until_complete(_within(loop.create_future(), _Short(), 0.5))
     finally:
         loop.close()
