@@ -361,18 +361,15 @@ class Engine:
         self._pending[:0] = ops
         self._wake.set()
 
+    def shards_of(self, m: Message) -> list[int]:
+        """The shards a message is stored in (routed to)."""
+        if isinstance(m.location, Point):
+            return [self.pm.owner(m.location.lon, m.location.lat)]
+        return self.pm.overlapping(location_bbox(m.location))
+
     def live_in(self, k: int) -> list[tuple[Message, bytes, float]]:
         """The live messages shard ``k`` stores."""
-        pm = self.pm
-        return [
-            e
-            for e in self.live.values()
-            if (
-                pm.owner(e[0].location.lon, e[0].location.lat) == k
-                if isinstance(e[0].location, Point)
-                else k in pm.overlapping(location_bbox(e[0].location))
-            )
-        ]
+        return [e for e in self.live.values() if k in self.shards_of(e[0])]
 
     @staticmethod
     def new_message_id() -> str:
@@ -810,15 +807,26 @@ class Engine:
         self.multi.pop(msg_id, None)
 
     def _expire(self, now: float) -> list[str]:
-        """Forget the messages expired by ``now``; returns their ids."""
+        """Forget the messages expired by ``now``; returns their ids. One stored in a shard that
+        is down is kept (its expiry put off by ``tick_s`` at a time): the reloaded shard gets it
+        back (``live_in``) and expires it, and its holders there get their REMOVEs."""
         out = []
+        later = []
         while self._expiry and self._expiry[0][0] <= now:
             t, m = heapq.heappop(self._expiry)
             got = self.live.get(m)
-            if got is not None and got[2] == t:  # (not a replay's older entry)
-                del self.live[m]
-                self.multi.pop(m, None)
-                out.append(m)
+            if got is None or got[2] != t:  # (an entry left behind)
+                continue
+            if self._down and any(k in self._down for k in self.shards_of(got[0])):
+                later.append((m, got))
+                continue
+            del self.live[m]
+            self.multi.pop(m, None)
+            out.append(m)
+        for m, (msg, payload, _) in later:
+            t = now + self.tick_s
+            self.live[m] = (msg, payload, t)
+            heapq.heappush(self._expiry, (t, m))
         return out
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 
 import grpc
@@ -580,5 +581,42 @@ def test_reload_keeps_moved_positions_and_live_messages(redis_url):
             await a.stub.Subscribe(_mover("mv"))  # registered anew: back at its own centre
             assert (await a.stub.Reload(pb.ReloadRequest())).subscriptions == 1
             assert await _move(a.stub, "mv", (5.2, 5)) == [(3, ADD, "L")]
+
+    asyncio.run(main())
+
+
+class DownShard(LocalShard):
+    """A shard that, when told, crashes and stays down (its calls and loads fail) for a while."""
+
+    down_until = 0.0
+
+    def _check(self) -> None:
+        if time.monotonic() < DownShard.down_until:
+            self.state = ShardState(self.shard_id)
+            raise RuntimeError("shard process is down")
+
+    async def apply(self, ops, now):
+        self._check()
+        return await super().apply(ops, now)
+
+    async def load(self, subs, now, tags):
+        self._check()
+        return await super().load(subs, now, tags)
+
+
+def test_a_message_that_expires_while_its_shard_is_down_still_brings_its_removes(redis_url):
+    async def main():
+        async with Node(_settings(redis_url, uuid.uuid4().hex, shards=1), DownShard) as a:
+            await a.stub.Subscribe(_mover("mv"))
+            await _stored(a.stub, "L", (5, 5), ttl=1.0)
+            assert await _move(a.stub, "mv", (5, 5)) == [(1, ADD, "L")]
+            call = a.stub.StreamResults(pb.StreamResultsRequest(id="mv", after_sequence=1))
+            DownShard.down_until = time.monotonic() + 2.0  # down past L's expiry
+            with pytest.raises(grpc.aio.AioRpcError):
+                await _stored(a.stub, "other", (-7, -7), ttl=60.0)
+            d = await asyncio.wait_for(call.read(), 15)  # after the shard is back
+            call.cancel()
+            assert (d.sequence, d.kind, d.message.id) == (2, REMOVE, "L")
+            assert "L" not in a.app.engine.live
 
     asyncio.run(main())
