@@ -107,15 +107,20 @@ class StreamCheck:
     gaps: int = 0
     gap_sequences: int = 0
     lost: int = 0
+    lost_removes: int = 0
+    """Of ``lost``: stored messages still held at the end (their REMOVE never came)."""
     duplicated: int = 0
     out_of_order: int = 0
     unexpected: int = 0
     examples: list[str] = field(default_factory=list)
+    describe: Callable[[str], str] | None = field(default=None, repr=False)
+    """Says more of a message id in an example (when it was published, ...)."""
 
-    def found(self, what: str, text: str) -> None:
+    def found(self, what: str, text: str, mid: str = "") -> None:
         setattr(self, what, getattr(self, what) + 1)
         if len(self.examples) < MAX_EXAMPLES:
-            self.examples.append(f"{what}: {self.subscription}: {text}")
+            more = f" [{self.describe(mid)}]" if mid and self.describe is not None else ""
+            self.examples.append(f"{what}: {self.subscription}: {text}{more}")
 
 
 def _check_order(c: StreamCheck, arrivals: Sequence[Arrival]) -> list[tuple[int, int]]:
@@ -160,6 +165,7 @@ def check_static(
     one_shot: Callable[[str], bool],
     *,
     all_expired: bool,
+    describe: Callable[[str], str] | None = None,
 ) -> StreamCheck:
     """Check the stream of a subscription that never moved. ``expected``: the published messages
     it matches (brute force); ``acked(id)``: the publish was acknowledged; ``one_shot(id)``: it
@@ -171,14 +177,15 @@ def check_static(
     * out of order: a sequence below one received before;
     * unexpected: an ADD of a message it does not match, a REMOVE of a one-shot message.
 
-    An unacknowledged message may be missing, but not added twice.
+    An unacknowledged message may be missing, but not added twice. ``describe(id)`` adds to
+    the examples what is known of a message.
 
     >>> c = check_static("s", [(1, 1, "+", "p1"), (2, 2, "+", "p1")], {"p1", "p2"},
     ...                  lambda m: True, lambda m: True, all_expired=True)
     >>> c.lost, c.duplicated
     (1, 1)
     """
-    c = StreamCheck(sub_id)
+    c = StreamCheck(sub_id, describe=describe)
     spans = _check_order(c, arrivals)
     added: dict[str, int] = {}
     removed: dict[str, int] = {}
@@ -189,28 +196,33 @@ def check_static(
         if kind == "+":
             c.adds += 1
             if mid not in expected:
-                c.found("unexpected", f"+ {mid} (#{first}): not a published message it matches")
+                c.found(
+                    "unexpected", f"+ {mid} (#{first}): not a published message it matches", mid
+                )
             if mid in added:
-                c.found("duplicated", f"+ {mid} (#{first}) again, first as #{added[mid]}")
+                c.found("duplicated", f"+ {mid} (#{first}) again, first as #{added[mid]}", mid)
             else:
                 added[mid] = first
         else:
             c.removes += 1
             if one_shot(mid):
-                c.found("unexpected", f"- {mid} (#{first}): a one-shot message is never held")
+                c.found("unexpected", f"- {mid} (#{first}): a one-shot message is never held", mid)
             elif mid in removed:
-                c.found("duplicated", f"- {mid} (#{first}) again, first as #{removed[mid]}")
+                c.found("duplicated", f"- {mid} (#{first}) again, first as #{removed[mid]}", mid)
             else:
                 removed[mid] = first
                 if mid not in added:
-                    c.found("lost", f"- {mid} (#{first}) without its +{_gaps_text(spans)}")
+                    c.found("lost", f"- {mid} (#{first}) without its +{_gaps_text(spans)}", mid)
     for mid in sorted(expected - added.keys() - removed.keys()):
         if acked(mid):
-            c.found("lost", f"+ {mid} never received, its publish acknowledged{_gaps_text(spans)}")
+            c.found(
+                "lost", f"+ {mid} never received, its publish acknowledged{_gaps_text(spans)}", mid
+            )
     if all_expired:
         for mid in sorted(added.keys() - removed.keys()):
             if not one_shot(mid):
-                c.found("lost", f"{mid} (+ #{added[mid]}) still held after it expired: no -")
+                c.lost_removes += 1
+                c.found("lost", f"{mid} (+ #{added[mid]}) still held after it expired: no -", mid)
     return c
 
 
@@ -221,6 +233,7 @@ def check_mover(
     one_shot: Callable[[str], bool],
     *,
     all_expired: bool,
+    describe: Callable[[str], str] | None = None,
 ) -> StreamCheck:
     """Check a moving subscriber's stream by what it holds. ``matches(id)``: a published
     message whose keywords it matches (where it was is not checked: its moves were retried
@@ -238,7 +251,7 @@ def check_mover(
     >>> c.duplicated, c.lost
     (1, 0)
     """
-    c = StreamCheck(sub_id)
+    c = StreamCheck(sub_id, describe=describe)
     spans = _check_order(c, arrivals)
     held: set[str] = set()
     ever: set[str] = set()
@@ -250,26 +263,29 @@ def check_mover(
         if kind == "+":
             c.adds += 1
             if not matches(mid):
-                c.found("unexpected", f"+ {mid} (#{first}): not a published message it matches")
+                c.found(
+                    "unexpected", f"+ {mid} (#{first}): not a published message it matches", mid
+                )
             if mid in held or (one_shot(mid) and mid in ever):
-                c.found("duplicated", f"+ {mid} (#{first}) while held since #{last[mid][1]}")
+                c.found("duplicated", f"+ {mid} (#{first}) while held since #{last[mid][1]}", mid)
             held.add(mid)
             ever.add(mid)
         else:
             c.removes += 1
             if one_shot(mid):
-                c.found("unexpected", f"- {mid} (#{first}): a one-shot message is never held")
+                c.found("unexpected", f"- {mid} (#{first}): a one-shot message is never held", mid)
             elif mid in held:
                 held.discard(mid)
             elif mid in last:
-                c.found("duplicated", f"- {mid} (#{first}) again, removed as #{last[mid][1]}")
+                c.found("duplicated", f"- {mid} (#{first}) again, removed as #{last[mid][1]}", mid)
             else:
-                c.found("lost", f"- {mid} (#{first}) without its +{_gaps_text(spans)}")
+                c.found("lost", f"- {mid} (#{first}) without its +{_gaps_text(spans)}", mid)
         last[mid] = (kind, first)
     if all_expired:
         for mid in sorted(held):
             if not one_shot(mid):
-                c.found("lost", f"{mid} (+ #{last[mid][1]}) still held after it expired: no -")
+                c.lost_removes += 1
+                c.found("lost", f"{mid} (+ #{last[mid][1]}) still held after it expired: no -", mid)
     return c
 
 
@@ -280,6 +296,7 @@ TOTALS = (
     "gaps",
     "gap_sequences",
     "lost",
+    "lost_removes",
     "duplicated",
     "out_of_order",
     "unexpected",
@@ -320,7 +337,7 @@ async def with_retries(
         pause = min(2 * pause, RETRY_PAUSE_S[1])
 
 
-ACKED, GAVE_UP = 1, 2
+ACKED, GAVE_UP, REJECTED = 1, 2, 3
 
 
 class RetryingPublisher:
@@ -328,7 +345,8 @@ class RetryingPublisher:
     each, paced at ``rate`` with up to ``IN_FLIGHT`` pending; message ``j`` is one-shot where
     ``one_shot_mask[j]``, else stored for ``ttl`` s. A failed call is made again with the same
     id (``with_retries``). Records per message its first and last attempt, the answer's time
-    and ``matched``, and whether it was acknowledged or given up."""
+    and ``matched``, and whether it was acknowledged, given up, or rejected (a retry answered
+    INVALID_ARGUMENT: ``rejected`` keeps the first few answers)."""
 
     def __init__(
         self,
@@ -357,6 +375,7 @@ class RetryingPublisher:
         self.matched = np.full(n, -1, np.int64)
         self.status = np.zeros(n, np.int8)
         self.codes: collections.Counter = collections.Counter()
+        self.rejected: list[str] = []
         self.sent = 0
         self.started = 0.0
         self.finished = 0.0
@@ -404,6 +423,8 @@ class RetryingPublisher:
         self.finished = time.time()
 
     async def _publish(self, stub, j: int) -> None:
+        import grpc
+
         from geopubsub.v1 import geopubsub_pb2 as pb
 
         req = pb.PublishRequest()
@@ -416,12 +437,21 @@ class RetryingPublisher:
             if self.attempts[j] == 1:
                 self.first_sent[j] = self.last_sent[j]
 
-        answer = await with_retries(
-            lambda: stub.Publish(req, timeout=CALL_TIMEOUT_S),
-            give_up_s=self.give_up_s,
-            codes=self.codes,
-            on_attempt=attempt,
-        )
+        try:
+            answer = await with_retries(
+                lambda: stub.Publish(req, timeout=CALL_TIMEOUT_S),
+                give_up_s=self.give_up_s,
+                codes=self.codes,
+                on_attempt=attempt,
+            )
+        except grpc.aio.AioRpcError as exc:  # INVALID_ARGUMENT
+            self.status[j] = REJECTED
+            if len(self.rejected) < MAX_EXAMPLES:
+                self.rejected.append(
+                    f"p{j} (attempt {self.attempts[j]}, {self.last_sent[j] - self.started:.1f} s "
+                    f"into the traffic): {exc.details()}"
+                )
+            return
         if answer is None:
             self.status[j] = GAVE_UP
             return
@@ -437,7 +467,7 @@ class GaveUp(Exception):
 class RetryingMoves:
     """What a ``traffic.TrackedMover`` calls (``UpdateLocation``), made again with the same point
     after a failure (a move applied twice moves nowhere the second time), until answered; raises
-    ``GaveUp`` after ``give_up_s``."""
+    ``GaveUp`` after ``give_up_s`` or an INVALID_ARGUMENT answer."""
 
     def __init__(self, stub, *, give_up_s: float, codes: collections.Counter) -> None:
         self.stub = stub
@@ -450,12 +480,18 @@ class RetryingMoves:
         self.attempts += 1
 
     async def UpdateLocation(self, request):
-        answer = await with_retries(
-            lambda: self.stub.UpdateLocation(request, timeout=CALL_TIMEOUT_S),
-            give_up_s=self.give_up_s,
-            codes=self.codes,
-            on_attempt=self._attempt,
-        )
+        import grpc
+
+        try:
+            answer = await with_retries(
+                lambda: self.stub.UpdateLocation(request, timeout=CALL_TIMEOUT_S),
+                give_up_s=self.give_up_s,
+                codes=self.codes,
+                on_attempt=self._attempt,
+            )
+        except grpc.aio.AioRpcError as exc:  # INVALID_ARGUMENT
+            self.gave_up = True
+            raise GaveUp(f"UpdateLocation of {request.id}: {exc.details()}") from None
         if answer is None:
             self.gave_up = True
             raise GaveUp(f"UpdateLocation of {request.id} unanswered for {self.give_up_s:g} s")
@@ -831,6 +867,7 @@ class Traffic:
     move_codes: collections.Counter
     crowd: CrowdCounts | None
     injector: Injector
+    ttl: float
     drained: bool
     started: float
     finished: float
@@ -969,6 +1006,7 @@ async def run_traffic(cluster, w: Workload, args, progress) -> Traffic:
         codes,
         crowd,
         injector,
+        args.ttl,
         drained,
         started,
         finished,
@@ -981,7 +1019,7 @@ async def _watch(publisher: RetryingPublisher, streams, injector: Injector, prog
     while True:
         await asyncio.sleep(1.0)
         acked = int((publisher.status == ACKED).sum())
-        pending = publisher.sent - acked - int((publisher.status == GAVE_UP).sum())
+        pending = publisher.sent - int((publisher.status != 0).sum())
         progress.show(
             f"  {time.time() - t0:5.0f} s  published {acked:,} acknowledged, {pending:,} pending "
             f"({sum(publisher.codes.values()):,} failed attempts)  faults {len(injector.done)}  "
@@ -1003,6 +1041,22 @@ def check(w: Workload, t: Traffic) -> tuple[list[StreamCheck], list[StreamCheck]
             matching[sid].append(i)
     n_file = len(w.msgs)
     all_expired = t.drained
+    t0 = t.started
+
+    def describe(mid: str) -> str:
+        j = pub.index(mid)
+        if j < 0:
+            return "never published"
+        state = {ACKED: "acknowledged", GAVE_UP: "given up", REJECTED: "rejected"}
+        text = (
+            f"first sent at {pub.first_sent[j] - t0:.1f} s, {pub.attempts[j]} attempt(s), "
+            f"{state.get(int(pub.status[j]), 'pending')}"
+        )
+        if pub.status[j] == ACKED:
+            text += f" at {pub.answered_at[j] - t0:.1f} s"
+        ttl = "one-shot" if pub.one_shot_mask[j] else f"ttl {t.ttl:g} s"
+        return f"{text}, {ttl}, {w.msgs[j % n_file].location}"
+
     static = []
     for s, st in zip(t.followed, t.streams, strict=True):
         files = matching[s.id]
@@ -1014,7 +1068,13 @@ def check(w: Workload, t: Traffic) -> tuple[list[StreamCheck], list[StreamCheck]
         }
         static.append(
             check_static(
-                s.id, st.arrivals, expected, pub.acked, pub.one_shot, all_expired=all_expired
+                s.id,
+                st.arrivals,
+                expected,
+                pub.acked,
+                pub.one_shot,
+                all_expired=all_expired,
+                describe=describe,
             )
         )
     movers = []
@@ -1025,7 +1085,9 @@ def check(w: Workload, t: Traffic) -> tuple[list[StreamCheck], list[StreamCheck]
             return j >= 0 and keyword_match(s, w.msgs[j % n_file])
 
         movers.append(
-            check_mover(s.id, st.arrivals, matches, pub.one_shot, all_expired=all_expired)
+            check_mover(
+                s.id, st.arrivals, matches, pub.one_shot, all_expired=all_expired, describe=describe
+            )
         )
     return static, movers
 
@@ -1062,6 +1124,8 @@ def report(cluster, w: Workload, reg: dict, t: Traffic, static, movers, args) ->
         "acknowledged": int((pub.status == ACKED).sum()),
         "unacknowledged": int(pub.sent - (pub.status == ACKED).sum()),
         "retried_publishes": retried,
+        "rejected_publishes": int((pub.status == REJECTED).sum()),
+        "rejections": pub.rejected,
         "publish_failures": dict(pub.codes),
         "tracked_moves": sum(len(m.moves) for m in t.tracked),
         "move_failures": dict(t.move_codes),
@@ -1082,6 +1146,7 @@ def report(cluster, w: Workload, reg: dict, t: Traffic, static, movers, args) ->
         "static": totals(static),
         "movers": totals(movers),
         "lost": every["lost"],
+        "lost_removes": every["lost_removes"],
         "duplicated": every["duplicated"],
         "out_of_order": every["out_of_order"],
         "unexpected": every["unexpected"],
@@ -1116,7 +1181,8 @@ def print_report(r: dict, out) -> None:
         f"{r['restarts']['redis']} (by the supervisor); "
         f"{r['restarts']['shard_actor_processes_seen']} shard actor processes seen",
         f"  publishes      {r['published']:,}: {r['acknowledged']:,} acknowledged, "
-        f"{r['unacknowledged']:,} not; {r['retried_publishes']:,} sent more than once"
+        f"{r['unacknowledged']:,} not ({r['rejected_publishes']:,} of them rejected); "
+        f"{r['retried_publishes']:,} sent more than once"
         + (f" (failed attempts: {codes})" if codes else ""),
         f"  moves          {r['tracked_moves']:,} of {r['tracked_movers']} tracked movers, "
         f"{r['crowd_moves']:,} crowd moves over {r['crowd_streams']} LocationStream(s)",
@@ -1125,10 +1191,19 @@ def print_report(r: dict, out) -> None:
         + ("" if r["drained"] else "; NOT quiet at the end (the check saw a partial run)"),
         f"  checked        {r['deliveries_checked']:,} deliveries (static + {st['adds']:,} "
         f"- {st['removes']:,}; movers + {mv['adds']:,} - {mv['removes']:,})",
-        f"  lost {r['lost']}   duplicated {r['duplicated']}   out of order {r['out_of_order']}"
+        f"  lost {r['lost']} ({r['lost_removes']} of them REMOVEs)   duplicated {r['duplicated']}   out of order {r['out_of_order']}"
         f"   unexpected {r['unexpected']}   gaps {r['gaps']} ({r['gap_sequences']} sequences)",
     ]
+    lines += [f"    rejected: {text}" for text in r["rejections"]]
     lines += [f"    {text}" for text in r["findings"]]
+    if r["findings"] or r["rejections"]:
+        lines.append("  faults (seconds into the traffic):")
+        lines += [
+            f"    {f['at_s']:7.1f} s  {f['kind']:16s} pid {f['pid']}"
+            + (f", stopped {f['stopped_s']} s" if f["stopped_s"] else "")
+            + f", SERVING again after {f['recovered_s']} s"
+            for f in r["fault_log"]
+        ]
     print("\n".join(lines), file=out)
 
 
