@@ -64,7 +64,10 @@ from shard.model import Message, Subscription
 KINDS = ("shard-kill", "shard-stop", "coordinator-kill", "redis-kill", "redis-stop")
 """The faults, as ``--kinds`` names them."""
 MAX_EXAMPLES = 10
-"""Findings described per stream (all are counted)."""
+"""Findings described per stream and kind (all are counted)..."""
+MAX_REPORTED = 25
+"""...and per kind in the report, rarer kinds first (``FINDING_ORDER``)."""
+FINDING_ORDER = ("duplicated", "out_of_order", "unexpected", "lost", "lost REMOVE")
 LEAD_S = 3.0
 """No fault in the first seconds of the traffic (the streams open, the shards warm up)..."""
 TAIL_S = 3.0
@@ -90,6 +93,15 @@ CHANNEL_OPTIONS = (
 120 s)."""
 
 
+REGISTER_IN_FLIGHT = 256
+"""Subscribe calls in flight: rounds small enough for a cold shard to answer within the short
+``--deadline``..."""
+REGISTER_ATTEMPTS = 5
+REGISTER_PAUSE_S = 3.0
+"""...and if one did not (UNAVAILABLE: its shard is being reloaded), everything is sent again
+after this pause, at most ``REGISTER_ATTEMPTS`` times."""
+
+
 # ---- the check ---------------------------------------------------------------------------------
 Arrival = tuple[int, int, str, str]
 """``(first sequence, last sequence, kind, message id)`` as a stream received it: kind ``+`` or
@@ -98,7 +110,8 @@ Arrival = tuple[int, int, str, str]
 
 @dataclass
 class StreamCheck:
-    """What the check of one followed stream found; ``examples`` describes the first few."""
+    """What the check of one followed stream found; ``examples`` describes the first few of
+    each kind (``FINDING_ORDER``)."""
 
     subscription: str
     deliveries: int = 0
@@ -115,12 +128,17 @@ class StreamCheck:
     examples: list[str] = field(default_factory=list)
     describe: Callable[[str], str] | None = field(default=None, repr=False)
     """Says more of a message id in an example (when it was published, ...)."""
+    shown: collections.Counter = field(default_factory=collections.Counter, repr=False)
 
-    def found(self, what: str, text: str, mid: str = "") -> None:
+    def found(self, what: str, text: str, mid: str = "", *, removal: bool = False) -> None:
+        """Count a finding of kind ``what`` (``removal``: a lost REMOVE) and describe it."""
         setattr(self, what, getattr(self, what) + 1)
-        if len(self.examples) < MAX_EXAMPLES:
+        self.lost_removes += removal
+        kind = "lost REMOVE" if removal else what
+        self.shown[kind] += 1
+        if self.shown[kind] <= MAX_EXAMPLES:
             more = f" [{self.describe(mid)}]" if mid and self.describe is not None else ""
-            self.examples.append(f"{what}: {self.subscription}: {text}{more}")
+            self.examples.append(f"{kind}: {self.subscription}: {text}{more}")
 
 
 def _check_order(c: StreamCheck, arrivals: Sequence[Arrival]) -> list[tuple[int, int]]:
@@ -221,8 +239,8 @@ def check_static(
     if all_expired:
         for mid in sorted(added.keys() - removed.keys()):
             if not one_shot(mid):
-                c.lost_removes += 1
-                c.found("lost", f"{mid} (+ #{added[mid]}) still held after it expired: no -", mid)
+                text = f"{mid} (+ #{added[mid]}) still held after it expired: no -"
+                c.found("lost", text, mid, removal=True)
     return c
 
 
@@ -284,8 +302,8 @@ def check_mover(
     if all_expired:
         for mid in sorted(held):
             if not one_shot(mid):
-                c.lost_removes += 1
-                c.found("lost", f"{mid} (+ #{last[mid][1]}) still held after it expired: no -", mid)
+                text = f"{mid} (+ #{last[mid][1]}) still held after it expired: no -"
+                c.found("lost", text, mid, removal=True)
     return c
 
 
@@ -305,6 +323,15 @@ TOTALS = (
 
 def totals(checks: Sequence[StreamCheck]) -> dict[str, int]:
     return {k: sum(getattr(c, k) for c in checks) for k in TOTALS}
+
+
+def findings(checks: Sequence[StreamCheck]) -> list[str]:
+    """The streams' examples, ``MAX_REPORTED`` of each kind, in ``FINDING_ORDER``."""
+    by_kind: dict[str, list[str]] = {k: [] for k in FINDING_ORDER}
+    for c in checks:
+        for e in c.examples:
+            by_kind[e.split(":", 1)[0]].append(e)
+    return [e for k in FINDING_ORDER for e in by_kind[k][:MAX_REPORTED]]
 
 
 # ---- calls that are made again ------------------------------------------------------------------
@@ -843,10 +870,20 @@ def register_workload(
         from geopubsub.register import bulk_load
 
         return bulk_load(w.subs_file, cluster, say)
+    import grpc
+
     from geopubsub.register import register_subscriptions
 
     say(f"registration  {len(w.subs):,} Subscribe calls ...")
-    reg = asyncio.run(register_subscriptions(target, w.subs))
+    for attempt in range(1, REGISTER_ATTEMPTS + 1):
+        try:
+            reg = asyncio.run(register_subscriptions(target, w.subs, in_flight=REGISTER_IN_FLIGHT))
+            break
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.UNAVAILABLE or attempt == REGISTER_ATTEMPTS:
+                raise
+            say(f"              {exc.details()}; all again (a Subscribe replaces) ...")
+            time.sleep(REGISTER_PAUSE_S)
     say(f"              {reg.registered:,} in {reg.seconds:.1f} s")
     if reg.rejected:
         raise ValidationError("--subs", str(w.subs_file), f"{reg.rejected} rejected: {reg.errors}")
@@ -1152,7 +1189,7 @@ def report(cluster, w: Workload, reg: dict, t: Traffic, static, movers, args) ->
         "unexpected": every["unexpected"],
         "gaps": every["gaps"],
         "gap_sequences": every["gap_sequences"],
-        "findings": [e for c in static + movers for e in c.examples][:40],
+        "findings": findings(static + movers),
         "run_s": round(t.finished - t.started, 1),
     }
 

@@ -24,6 +24,7 @@ from geopubsub.bench_chaos import (
     TAIL_S,
     check_mover,
     check_static,
+    findings,
     plan_faults,
     shard_actor_pids,
 )
@@ -114,7 +115,9 @@ def test_the_static_check_catches_a_missing_remove_and_a_remove_without_add():
         all_expired=True,
         describe=str.upper,
     )
-    assert described.examples == ["lost: s: p1 (+ #1) still held after it expired: no - [P1]"]
+    assert described.examples == [
+        "lost REMOVE: s: p1 (+ #1) still held after it expired: no - [P1]"
+    ]
     orphan = _static([(1, 1, "-", "p1")], {"p1"})
     assert _counts(orphan) == (1, 0, 0, 0)  # once, not also as a missing +
     assert "- p1 (#1) without its +" in orphan.examples[0]
@@ -150,6 +153,14 @@ def test_the_mover_check_catches_losses_order_and_strangers():
     assert _counts(order) == (0, 0, 1, 0)
     stranger = _mover([(1, 1, "+", "p1"), (2, 2, "-", "p1")], matches=lambda m: False)
     assert stranger.unexpected == 1
+
+
+def test_a_rare_finding_is_reported_before_many_common_ones():
+    held = [(i, i, "+", f"p{i}") for i in range(1, 40)]  # 39 lost REMOVEs
+    many = _static(held + [(40, 40, "+", "p1")], {f"p{i}" for i in range(1, 40)})
+    assert many.lost_removes == 39 and many.duplicated == 1 and len(many.examples) == 11
+    out = findings([many])
+    assert out[0].startswith("duplicated: s: + p1 (#40) again") and len(out) == 11
 
 
 def test_the_fault_plan_has_every_kind_and_stays_inside_the_traffic():
