@@ -7,6 +7,11 @@
                      matching speed with a fresh build.
 * ``bench moving``   replay an event stream through the AP+-Tree or the grid baseline.
 * ``bench e2e``      the cluster through gRPC (``geopubsub.bench_e2e``).
+* ``bench chaos``    faults injected under traffic (kill -9, SIGSTOP of shards, coordinator,
+                     redis-server); every followed stream checked for lost, duplicated and
+                     out-of-order deliveries (``geopubsub.bench_chaos``).
+* ``bench soak``     a long run at a fixed rate: the RSS of every process of the cluster and
+                     publish->delivery latency per minute (``geopubsub.bench_soak``).
 * ``bench grpc``     Python gRPC's own ceiling: a no-op PublishStream server
                      (``geopubsub.bench_grpc``).
 """
@@ -106,9 +111,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     mv.set_defaults(func=run_moving)
 
-    from geopubsub import bench_e2e, bench_grpc
+    from geopubsub import bench_chaos, bench_e2e, bench_grpc, bench_soak
 
     bench_e2e.register(kinds)
+    bench_chaos.register(kinds)
+    bench_soak.register(kinds)
     bench_grpc.register(kinds)
 
 

@@ -188,7 +188,7 @@ def make_plan(subs: list[Subscription], msgs: list[Message], args: argparse.Name
     seed. The followed static subscriptions are the busiest of a sample (brute force over a
     sample of messages), so that the latency sample is large; their expected sets are brute force
     over every message."""
-    from geopubsub.traffic import busiest, location_centre, schedule
+    from geopubsub.traffic import busiest, schedule
 
     n = max(1, round(args.rate * args.duration))
     sched = schedule(msgs, n, ttl=args.ttl)
@@ -201,7 +201,19 @@ def make_plan(subs: list[Subscription], msgs: list[Message], args: argparse.Name
         for sid in per_file[j % len(msgs)]:
             expected[sid].add(f"p{j}")
 
-    # movers: the moving subscriptions whose keywords match the most messages, below a cap
+    picked = pick_movers(moving, msgs, args.movers)
+    movers = [s for s, _ in picked]
+    targets = {s.id: mover_targets(matched, msgs, n) for s, matched in picked}
+    tracked = {s.id for s in movers}
+    crowd = [s for s in moving if s.id not in tracked]
+    return Plan(subs, sched, msgs, followed, expected, movers, targets, crowd)
+
+
+def pick_movers(
+    moving: Sequence[Subscription], msgs: Sequence[Message], k: int
+) -> list[tuple[Subscription, set[int]]]:
+    """Up to ``k`` moving subscriptions whose keywords match the most workload messages, at most
+    ``MOVER_MAX_SHARE`` of them, each with the indices of those messages. Deterministic."""
     terms: dict[str, set[int]] = defaultdict(set)
     for i, m in enumerate(msgs):
         for t in m.terms:
@@ -216,15 +228,21 @@ def make_plan(subs: list[Subscription], msgs: list[Message], args: argparse.Name
         if 0 < len(matched) <= cap:
             scored.append((len(matched), s.id, s, matched))
     scored.sort(key=lambda x: (-x[0], x[1]))
-    movers = [s for _, _, s, _ in scored[: args.movers]]
-    targets: dict[str, list[tuple[int, Point]]] = {}
-    for _, _, s, matched in scored[: args.movers]:
-        targets[s.id] = [
-            (j, location_centre(sched[j].location)) for j in range(n) if j % len(msgs) in matched
-        ]
-    tracked = {s.id for s in movers}
-    crowd = [s for s in moving if s.id not in tracked]
-    return Plan(subs, sched, msgs, followed, expected, movers, targets, crowd)
+    return [(s, matched) for _, _, s, matched in scored[:k]]
+
+
+def mover_targets(matched: set[int], msgs: Sequence[Message], n: int) -> list[tuple[int, Point]]:
+    """``(schedule index, location)`` of the scheduled messages ``0 .. n-1`` (the workload's
+    ``msgs`` cycled) whose workload index is in ``matched``, by index: a ``TrackedMover``'s goals."""
+    from geopubsub.traffic import location_centre
+
+    order = sorted(matched)
+    return [
+        (c * len(msgs) + i, location_centre(msgs[i].location))
+        for c in range(math.ceil(n / len(msgs)))
+        for i in order
+        if c * len(msgs) + i < n
+    ]
 
 
 # ---- 4. traffic --------------------------------------------------------------------------------

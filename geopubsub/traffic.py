@@ -313,22 +313,90 @@ class ResultStream:
         )
         try:
             async for d in call:
-                now = time.time()
-                if d.kind == pb.Delivery.GAP:
-                    self.gaps.append((d.gap_from, d.sequence))
-                    self.last_sequence = d.sequence
-                    continue
-                msg = d.message
-                r = Received(d.sequence, _SIGN[d.kind], msg.id, d.time, msg.time, now)
-                self.count += 1
-                self.last_sequence = d.sequence
-                self.last_received = now
-                if self.keep:
-                    self.deliveries.append(r)
-                if self.on_delivery is not None:
-                    self.on_delivery(r)
+                self._take(d)
         finally:
             call.cancel()
+
+    def _take(self, d: pb.Delivery) -> None:
+        now = time.time()
+        if d.kind == pb.Delivery.GAP:
+            self.gaps.append((d.gap_from, d.sequence))
+            self.last_sequence = max(self.last_sequence, d.sequence)
+            return
+        msg = d.message
+        r = Received(d.sequence, _SIGN[d.kind], msg.id, d.time, msg.time, now)
+        self.count += 1
+        self.last_sequence = max(self.last_sequence, d.sequence)
+        self.last_received = now
+        if self.keep:
+            self.deliveries.append(r)
+        if self.on_delivery is not None:
+            self.on_delivery(r)
+
+
+RESUME_PAUSE_S = (0.1, 1.0)
+"""First and longest pause of a ``ResumingStream`` between reconnections (doubling)."""
+
+
+class ResumingStream(ResultStream):
+    """A ``ResultStream`` of a durable subscription that survives its server: after any error or
+    end of its call it reconnects and resumes after the last sequence it got
+    (``StreamResults(after_sequence)``). Records every arrival in order (``arrivals``:
+    ``(first, last, kind, message id)``, a GAP spanning ``gap_from .. sequence``; ``record``) for
+    the checks of loss, repetition and order. Gives up (returns) after ``give_up_s`` in which
+    no call stayed open for ``CONNECTED_S``."""
+
+    CONNECTED_S = 1.0
+
+    def __init__(
+        self,
+        sub_id: str,
+        *,
+        give_up_s: float,
+        record: bool = True,
+        on_delivery: Callable[[Received], None] | None = None,
+    ) -> None:
+        super().__init__(sub_id, keep=False, on_delivery=on_delivery)
+        self.give_up_s = give_up_s
+        self.record = record
+        self.arrivals: list[tuple[int, int, str, str]] = []
+        self.reconnects = 0
+        self.errors: dict[str, int] = {}
+        """Status code name -> how many calls ended with it."""
+        self.last_error = 0.0
+        self.gave_up = False
+
+    def _take(self, d: pb.Delivery) -> None:
+        if self.record:
+            if d.kind == pb.Delivery.GAP:
+                self.arrivals.append((d.gap_from, d.sequence, "gap", ""))
+            else:
+                self.arrivals.append((d.sequence, d.sequence, _SIGN[d.kind], d.message.id))
+        super()._take(d)
+
+    async def run(self, stub: pb_grpc.GeoPubSubStub) -> None:
+        """Read, reconnecting, until cancelled or given up."""
+        pause = RESUME_PAUSE_S[0]
+        failing_since: float | None = None
+        while True:
+            began = time.monotonic()
+            try:
+                await super().run(stub)
+                code = "END"  # the server ended the stream (it is stopping)
+            except grpc.aio.AioRpcError as exc:
+                code = exc.code().name
+            now = time.monotonic()
+            self.errors[code] = self.errors.get(code, 0) + 1
+            self.last_error = time.time()
+            if now - began >= self.CONNECTED_S:
+                failing_since, pause = None, RESUME_PAUSE_S[0]
+            failing_since = now if failing_since is None else failing_since
+            if now - failing_since >= self.give_up_s:
+                self.gave_up = True
+                return
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, RESUME_PAUSE_S[1])
+            self.reconnects += 1
 
 
 async def wait_quiet(streams: Sequence[ResultStream], quiet_s: float, timeout_s: float) -> bool:

@@ -1,0 +1,455 @@
+"""``geopubsub bench soak``: a long run at a fixed rate, watching memory and latency (issue [2.1]).
+
+Starts an empty, detached, supervised local cluster in ``--data-dir`` (as ``bench chaos`` does) or
+joins ``--target`` (its processes found through the ``cluster.json`` of ``--data-dir``), registers
+the workload (``--subs`` / ``--msgs``, or generated; ``--register load``: the bulk loader, like
+``bench e2e --register load``), then for ``--duration`` s, at once: a publisher at ``--rate``
+msgs/s over PublishStream (``--batch`` due messages a request, stored for ``--ttl`` s), the result
+streams of ``--streams`` busy static subscriptions (each delivery timed from when its message was
+due to its receipt), and the moving subscriptions random-walking over LocationStream
+(``--crowd-rate``).
+
+Every ``--sample-every`` s it reads from /proc the resident set size of every process of the
+cluster: the coordinator, each shard actor, redis-server, the supervisor. After ``--warmup`` s
+each must stay within ±``--tolerance`` of its value at the end of the warm-up (``rss_flat``; a
+process replaced or appearing later is not flat either). Prints publish->delivery p50 / p99 and
+the RSS of each process per minute, and the verdict (``--json``: one JSON object). Exit code 1 if
+an RSS is not flat; the cluster it started is stopped, on error and Ctrl-C too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shard.errors import ValidationError
+
+MINUTE_S = 60.0
+"""Latency is reported per minute of the publisher's schedule."""
+QUIET_S = 1.0
+"""After the last publish, the streams are read until quiet this long."""
+
+
+# ---- memory -------------------------------------------------------------------------------------
+def rss_mb(pid: int) -> float | None:
+    """The resident set size of ``pid`` in MB (``VmRSS`` of ``/proc/<pid>/status``); None when
+    it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        return None
+    return None
+
+
+class ClusterProcesses:
+    """The processes of the local cluster of ``data_dir`` by role: ``coordinator``,
+    ``redis-server``, ``supervisor`` (pids from ``cluster.json``) and the shard actors of the
+    coordinator's session, named ``shard-actor-1``, ``-2``, … in the order their pids were first
+    seen (a replaced actor's process gets the next name)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self._actor_names: dict[int, str] = {}
+
+    def now(self) -> dict[str, int]:
+        from deploy import local
+        from geopubsub.bench_chaos import shard_actor_pids
+
+        m = local.read_manifest(self.data_dir) or {}
+        out = {}
+        for role, key in (("coordinator", "coordinator"), ("redis-server", "redis")):
+            if (m.get(key) or {}).get("pid"):
+                out[role] = m[key]["pid"]
+        if (m.get("supervisor") or {}).get("pid"):
+            out["supervisor"] = m["supervisor"]["pid"]
+        for pid in sorted(shard_actor_pids(out.get("coordinator", 0))):
+            name = self._actor_names.setdefault(pid, f"shard-actor-{len(self._actor_names) + 1}")
+            out[name] = pid
+        return out
+
+
+@dataclass
+class Sample:
+    t: float
+    """Seconds since the traffic started."""
+    pids: dict[str, int]
+    rss_mb: dict[str, float]
+
+
+def sample(processes: ClusterProcesses, t: float) -> Sample:
+    pids = processes.now()
+    rss = {name: rss_mb(pid) for name, pid in pids.items()}
+    return Sample(
+        round(t, 1),
+        {n: p for n, p in pids.items() if rss[n] is not None},
+        {n: round(v, 1) for n, v in rss.items() if v is not None},
+    )
+
+
+def rss_flat(samples: Sequence[Sample], warmup_s: float, tolerance: float) -> dict[str, Any]:
+    """Whether every process's RSS stayed within ±``tolerance`` (a share) of its value in the
+    first sample at or after ``warmup_s``, in every later sample. A process absent from that
+    sample (appeared later), gone from a later one, or with another pid later (replaced) is not
+    flat. Returns ``{"flat": bool, "processes": {name: {...}}}``.
+
+    >>> s = [Sample(0, {"c": 1}, {"c": 50.0}), Sample(10, {"c": 1}, {"c": 100.0}),
+    ...      Sample(20, {"c": 1}, {"c": 112.0})]
+    >>> rss_flat(s, 10, 0.1)["flat"], rss_flat(s, 10, 0.15)["flat"]
+    (False, True)
+    """
+    after = [s for s in samples if s.t >= warmup_s]
+    if not after:
+        raise ValueError(f"no sample at or after the warm-up ({warmup_s:g} s)")
+    ref = after[0]
+    names = sorted({n for s in after for n in s.rss_mb})
+    out: dict[str, dict[str, Any]] = {}
+    for name in names:
+        if name not in ref.rss_mb:
+            out[name] = {"flat": False, "note": "appeared after the warm-up"}
+            continue
+        base, pid = ref.rss_mb[name], ref.pids[name]
+        values = [s.rss_mb.get(name) for s in after]
+        note = ""
+        if any(v is None for v in values):
+            note = "gone before the end"
+        elif any(s.pids[name] != pid for s in after):
+            note = "replaced by another process"
+        seen = [v for v in values if v is not None]
+        deviation = max(abs(v - base) for v in seen) / base if base else math.inf
+        out[name] = {
+            "at_warmup_mb": base,
+            "min_mb": min(seen),
+            "max_mb": max(seen),
+            "last_mb": seen[-1],
+            "deviation_pct": round(100 * deviation, 1),
+            "flat": not note and deviation <= tolerance,
+            "note": note,
+        }
+    return {"flat": all(p["flat"] for p in out.values()), "processes": out}
+
+
+# ---- latency per minute -------------------------------------------------------------------------
+@dataclass
+class PerMinute:
+    """Publish->delivery latencies by minute of the message's due time."""
+
+    started: float
+    samples: dict[int, list[float]] = field(default_factory=dict)
+
+    def add(self, due: float, latency: float) -> None:
+        self.samples.setdefault(int((due - self.started) // MINUTE_S), []).append(latency)
+
+    def table(self) -> list[dict[str, Any]]:
+        from geopubsub.traffic import Latencies
+
+        return [
+            {"minute": m + 1, **Latencies.summary(self.samples[m])} for m in sorted(self.samples)
+        ]
+
+
+# ---- the run ------------------------------------------------------------------------------------
+@dataclass
+class SoakResult:
+    published: int
+    publish_s: float
+    matched: int
+    deliveries_timed: int
+    minutes: list[dict[str, Any]]
+    samples: list[Sample]
+    crowd_moves: int
+
+
+async def _sample_every(
+    processes: ClusterProcesses, t0: float, every_s: float, out: list[Sample], say
+) -> None:
+    while True:
+        s = await asyncio.to_thread(sample, processes, time.time() - t0)
+        out.append(s)
+        say(f"  {s.t:6.0f} s  RSS MB " + ", ".join(f"{n} {v:,.0f}" for n, v in s.rss_mb.items()))
+        await asyncio.sleep(max(0.0, t0 + (len(out)) * every_s - time.time()))
+
+
+async def run_traffic(target: str, processes: ClusterProcesses, subs, msgs, args, say):
+    """Publisher, followed streams, crowd and the sampler at once, for ``--duration`` s."""
+    import grpc
+
+    from geopubsub.bench_chaos import CHANNEL_OPTIONS
+    from geopubsub.demo import warm_up
+    from geopubsub.traffic import (
+        Crowd,
+        Publisher,
+        ResultStream,
+        busiest,
+        close_channels,
+        wait_quiet,
+    )
+    from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
+
+    channels: list = []
+
+    def stub():
+        ch = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+        channels.append(ch)
+        return pb_grpc.GeoPubSubStub(ch)
+
+    n = max(1, round(args.rate * args.duration))
+    publisher = Publisher(msgs, n, ttl=args.ttl, rate=args.rate, batch=args.batch)
+    per_minute = PerMinute(0.0)
+
+    def timed(r) -> None:
+        if r.kind == "+":
+            due = publisher.due_of(r.message_id)
+            if due < math.inf:
+                per_minute.add(due, r.received - due)
+
+    followed = busiest(subs, msgs, args.streams, seed=args.seed)
+    streams = [ResultStream(s.id, keep=False, on_delivery=timed) for s in followed]
+    moving = [s for s in subs if s.moving]
+    crowd = Crowd(moving, rate=args.crowd_rate, seed=args.seed) if moving else None
+    samples: list[Sample] = []
+    stop = asyncio.Event()
+    tasks: list[asyncio.Task] = []
+    try:
+        reader = stub()
+        tasks += [asyncio.ensure_future(s.run(reader)) for s in streams]
+        await warm_up(stub(), msgs)
+        await asyncio.sleep(0.5)
+        t0 = time.time()
+        per_minute.started = t0
+        say(
+            f"traffic       {n:,} messages at {args.rate:,g}/s (ttl {args.ttl:g} s), "
+            f"{len(streams)} streams followed, {len(moving):,} moving at {args.crowd_rate:,g} "
+            f"moves/s; RSS every {args.sample_every:g} s"
+        )
+        tasks.append(
+            asyncio.ensure_future(_sample_every(processes, t0, args.sample_every, samples, say))
+        )
+        crowd_task = None
+        if crowd is not None and args.crowd_rate > 0:
+            crowd_task = asyncio.ensure_future(crowd.run(stub(), stop))
+            tasks.append(crowd_task)
+        await publisher.run(stub())
+        stop.set()
+        if crowd_task is not None:
+            await crowd_task
+        await wait_quiet(streams, QUIET_S, timeout_s=60.0)
+        samples.append(await asyncio.to_thread(sample, processes, time.time() - t0))
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await close_channels(channels)
+    return SoakResult(
+        publisher.answered,
+        publisher.finished - publisher.started,
+        publisher.matched,
+        sum(len(v) for v in per_minute.samples.values()),
+        per_minute.table(),
+        samples,
+        crowd.sent if crowd is not None else 0,
+    )
+
+
+def _minute_rows(res: SoakResult) -> list[dict[str, Any]]:
+    """Per minute: latency and the RSS of each process at the minute's last sample."""
+    rss_by_minute: dict[int, dict[str, float]] = {}
+    for s in res.samples:
+        rss_by_minute[max(1, math.ceil(s.t / MINUTE_S))] = s.rss_mb
+    return [{**row, "rss_mb": rss_by_minute.get(row["minute"], {})} for row in res.minutes]
+
+
+def report(res: SoakResult, verdict: dict, reg: dict | None, n_subs: int, args) -> dict:
+    return {
+        "subscriptions": n_subs,
+        "registration": reg,
+        "offered_msgs_per_s": args.rate,
+        "published": res.published,
+        "published_per_s": round(res.published / res.publish_s, 1) if res.publish_s else 0.0,
+        "matched": res.matched,
+        "deliveries_timed": res.deliveries_timed,
+        "streams": args.streams,
+        "crowd_moves": res.crowd_moves,
+        "duration_s": args.duration,
+        "warmup_s": args.warmup,
+        "tolerance_pct": round(100 * args.tolerance, 1),
+        "minutes": _minute_rows(res),
+        "rss": verdict,
+        "rss_samples": [asdict(s) for s in res.samples],
+        "flat": verdict["flat"],
+    }
+
+
+def print_report(r: dict, out) -> None:
+    names = list(r["rss"]["processes"])
+    head = f"{'minute':>6} {'p50 ms':>8} {'p99 ms':>8} {'timed':>9}  " + "  ".join(
+        f"{n:>14}" for n in names
+    )
+    lines = [
+        f"geopubsub bench soak: {r['subscriptions']:,} subscriptions, {r['published']:,} messages "
+        f"in {r['duration_s']:g} s ({r['published_per_s']:,.0f}/s of {r['offered_msgs_per_s']:,g}"
+        f" offered), {r['streams']} streams followed, {r['crowd_moves']:,} crowd moves",
+        "  publish->delivery latency per minute and RSS (MB) at its end:",
+        "  " + head,
+    ]
+    for row in r["minutes"]:
+        rss = "  ".join(f"{row['rss_mb'].get(n, float('nan')):>14,.0f}" for n in names)
+        lines.append(
+            f"  {row['minute']:>6} {row['p50_ms'] or 0:>8.1f} {row['p99_ms'] or 0:>8.1f} "
+            f"{row['n']:>9,}  {rss}"
+        )
+    lines.append(
+        f"  RSS after the {r['warmup_s']:g} s warm-up, within ±{r['tolerance_pct']:g} % of its "
+        f"value then: {'FLAT' if r['flat'] else 'NOT FLAT'}"
+    )
+    for name, p in r["rss"]["processes"].items():
+        if "at_warmup_mb" in p:
+            lines.append(
+                f"    {name:14s} {p['at_warmup_mb']:8,.0f} MB at the warm-up's end, "
+                f"{p['min_mb']:,.0f}..{p['max_mb']:,.0f} after, {p['last_mb']:,.0f} last "
+                f"({p['deviation_pct']:+.1f} % at most){' ' + p['note'] if p['note'] else ''}"
+                f"{'' if p['flat'] else '  NOT FLAT'}"
+            )
+        else:
+            lines.append(f"    {name:14s} {p['note']}  NOT FLAT")
+    print("\n".join(lines), file=out)
+
+
+# ---- the command --------------------------------------------------------------------------------
+def register(kinds: argparse._SubParsersAction) -> None:
+    p = kinds.add_parser(
+        "soak", help="a long run at a fixed rate: RSS of every process and latency per minute"
+    )
+    p.add_argument("--subs", type=Path, help="subscriptions, JSON Lines (else generated)")
+    p.add_argument("--msgs", type=Path, help="messages, JSON Lines (with --subs)")
+    p.add_argument("--gen-subs", type=int, default=100_000, help="subscriptions generated")
+    p.add_argument("--gen-msgs", type=int, default=20_000, help="messages generated")
+    p.add_argument("--moving-share", type=float, default=0.1, help="of the generated ones")
+    p.add_argument("--target", help="a running cluster at HOST:PORT (else one is started)")
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(".geopubsub/bench-soak"),
+        help="the started cluster's (with --target: the running one's, for its processes)",
+    )
+    p.add_argument("--shards", type=int, default=2)
+    p.add_argument(
+        "--register",
+        choices=("load", "grpc", "none"),
+        default="load",
+        help="load: the bulk loader, then Reload (a started cluster); grpc: Subscribe calls; "
+        "none: registered already",
+    )
+    p.add_argument("--duration", type=float, default=600.0, help="seconds of publishing")
+    p.add_argument("--rate", type=float, default=5000.0, help="messages/s offered")
+    p.add_argument("--batch", type=int, default=16, help="due messages per PublishRequest")
+    p.add_argument("--ttl", type=float, default=10.0, help="seconds a message is live")
+    p.add_argument("--streams", type=int, default=100, help="static result streams followed")
+    p.add_argument("--crowd-rate", type=float, default=500.0, help="moves/s of moving subs")
+    p.add_argument("--warmup", type=float, default=120.0, help="seconds before RSS must be flat")
+    p.add_argument("--sample-every", type=float, default=10.0, help="seconds between samples")
+    p.add_argument("--tolerance", type=float, default=0.10, help="RSS band after the warm-up")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.set_defaults(func=run)
+
+
+def _validate(args) -> None:
+    for name in ("duration", "rate", "ttl", "sample_every", "tolerance"):
+        if not getattr(args, name) > 0:
+            raise ValidationError(f"--{name.replace('_', '-')}", getattr(args, name), "must be > 0")
+    if not 0 <= args.warmup < args.duration - args.sample_every:
+        raise ValidationError(
+            "--warmup", args.warmup, "must leave a sample after it (< duration - sample-every)"
+        )
+    for name in ("streams", "crowd_rate"):
+        if getattr(args, name) < 0:
+            raise ValidationError(
+                f"--{name.replace('_', '-')}", getattr(args, name), "must be >= 0"
+            )
+    if args.batch < 1 or args.shards < 1:
+        raise ValidationError("--batch/--shards", f"{args.batch}/{args.shards}", "must be >= 1")
+    if args.target and args.register == "load":
+        raise ValidationError("--register", "load", "loads a cluster it starts (no --target)")
+    if args.target and args.subs is None:
+        raise ValidationError("--subs", None, "required with --target")
+    if (args.subs is None) != (args.msgs is None):
+        raise ValidationError("--subs/--msgs", str(args.subs or args.msgs), "give both or neither")
+    for path in (args.subs, args.msgs):
+        if path is not None and not path.exists():
+            raise ValidationError("--subs/--msgs", str(path), "no such file")
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def run(args) -> int:
+    from deploy import local
+    from deploy.local import sigterm_as_interrupt
+    from geopubsub.bench_chaos import read_workload, register_workload, start_supervised
+    from shard.heap import freeze_long_lived
+    from shard.runtime import hand_over_promptly
+
+    _validate(args)
+    data_dir = Path(args.data_dir)
+    started = False
+    say: Callable[[str], None] = _say
+    try:
+        with sigterm_as_interrupt():
+            try:
+                w = read_workload(args, say)
+                freeze_long_lived()  # the client's own pauses would count as latency
+                hand_over_promptly()
+                reg = None
+                if args.target:
+                    target = args.target
+                    if local.read_manifest(data_dir) is None:
+                        raise ValidationError(
+                            "--data-dir", str(data_dir), "no cluster.json: its processes unknown"
+                        )
+                    if args.register == "grpc":
+                        reg = register_workload(w, "grpc", say, target=target)
+                else:
+                    say(f"cluster       starting in {data_dir} (supervised, detached) ...")
+                    started = True
+                    cluster = start_supervised(data_dir, args.shards)
+                    target = cluster.target
+                    say(f"              SERVING at {target}")
+                    if args.register != "none":
+                        reg = register_workload(
+                            w, args.register, say, target=target, cluster=cluster
+                        )
+                    if args.register == "load":
+                        from geopubsub.bench_e2e import _settle
+
+                        _settle(cluster.redis_url)
+                processes = ClusterProcesses(data_dir)
+                res = asyncio.run(run_traffic(target, processes, w.subs, w.msgs, args, say))
+            except KeyboardInterrupt:
+                say("interrupted")
+                return 130
+            finally:
+                if started:
+                    say("cluster       stopping ...")
+                    local.down(data_dir, out=io.StringIO())
+    except KeyboardInterrupt:
+        return 130
+    verdict = rss_flat(res.samples, args.warmup, args.tolerance)
+    r = report(res, verdict, reg, len(w.subs), args)
+    if args.json:
+        print(json.dumps(r))
+    else:
+        print_report(r, sys.stdout)
+    return 0 if r["flat"] else 1

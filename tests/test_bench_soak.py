@@ -1,0 +1,82 @@
+"""``geopubsub bench soak``: the RSS verdict on hand-made samples (growth, a replaced or a new
+process must fail it), RSS read from /proc, and a few seconds of the command against a small
+cluster it starts and stops."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from deploy import local
+from geopubsub.bench_soak import PerMinute, Sample, rss_flat, rss_mb
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _series(values, pids=None):
+    pids = pids or [1] * len(values)
+    return [
+        Sample(10.0 * i, {"c": p} if v is not None else {}, {"c": v} if v is not None else {})
+        for i, (v, p) in enumerate(zip(values, pids, strict=True))
+    ]
+
+
+def test_rss_within_the_band_after_the_warm_up_is_flat():
+    v = rss_flat(_series([50.0, 100.0, 105.0, 96.0, 109.9]), warmup_s=10, tolerance=0.10)
+    assert v["flat"] and v["processes"]["c"]["deviation_pct"] == 9.9
+    assert v["processes"]["c"]["at_warmup_mb"] == 100.0  # the growth before it does not count
+
+
+def test_rss_growth_a_replaced_or_vanished_process_is_not_flat():
+    grows = rss_flat(_series([100.0, 100.0, 105.0, 111.0]), warmup_s=0, tolerance=0.10)
+    assert not grows["flat"] and grows["processes"]["c"]["deviation_pct"] == 11.0
+    shrinks = rss_flat(_series([100.0, 100.0, 85.0]), warmup_s=0, tolerance=0.10)
+    assert not shrinks["flat"]
+    replaced = rss_flat(_series([100.0, 100.0, 100.0], pids=[1, 1, 2]), 0, 0.10)
+    assert (
+        not replaced["flat"] and replaced["processes"]["c"]["note"] == "replaced by another process"
+    )
+    gone = rss_flat(_series([100.0, 100.0, None]), 0, 0.10)
+    assert not gone["flat"] and gone["processes"]["c"]["note"] == "gone before the end"
+    late = _series([100.0, 100.0]) + [Sample(20.0, {"c": 1, "d": 7}, {"c": 100.0, "d": 5.0})]
+    v = rss_flat(late, 0, 0.10)
+    assert not v["flat"] and v["processes"]["d"] == {
+        "flat": False,
+        "note": "appeared after the warm-up",
+    }
+    with pytest.raises(ValueError):
+        rss_flat(_series([100.0]), warmup_s=60, tolerance=0.1)
+
+
+def test_rss_is_read_from_proc_and_latency_is_grouped_by_minute():
+    assert 1.0 < rss_mb(os.getpid()) < 100_000
+    per = PerMinute(started=1000.0)
+    for due, lat in ((1000.0, 0.001), (1059.0, 0.003), (1060.0, 0.010)):
+        per.add(due, lat)
+    rows = per.table()
+    assert [(r["minute"], r["n"], r["max_ms"]) for r in rows] == [(1, 2, 3.0), (2, 1, 10.0)]
+
+
+@pytest.mark.e2e
+def test_bench_soak_samples_every_process_and_stops_its_cluster(tmp_path):
+    argv = [sys.executable, "-m", "geopubsub.cli", "bench", "soak", "--data-dir", str(tmp_path)]
+    argv += ["--gen-subs", "2000", "--gen-msgs", "500", "--register", "grpc", "--duration", "8"]
+    argv += ["--warmup", "3", "--sample-every", "1", "--rate", "200", "--streams", "20"]
+    argv += ["--crowd-rate", "20", "--json"]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.stdout.strip(), proc.stderr[-4000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert proc.returncode == (0 if r["flat"] else 1), proc.stderr[-3000:]
+    assert r["published"] == 1600 and r["deliveries_timed"] > 0
+    assert r["minutes"][0]["minute"] == 1 and r["minutes"][0]["p99_ms"] > 0
+    names = set(r["rss"]["processes"])
+    assert names == {"coordinator", "redis-server", "supervisor", "shard-actor-1", "shard-actor-2"}
+    assert len(r["rss_samples"]) >= 8
+    for p in r["rss"]["processes"].values():
+        assert p["flat"] == (p["deviation_pct"] <= 10.0 and not p["note"]), p
+    assert local.read_manifest(tmp_path) is None
