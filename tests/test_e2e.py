@@ -370,7 +370,7 @@ def test_a_crashed_shard_is_reloaded_from_the_subscriptions(ray_session, redis_u
                     except grpc.aio.AioRpcError as e:
                         assert e.code() == grpc.StatusCode.UNAVAILABLE, e
                         failures += 1
-                        assert failures < 20
+                        assert failures < 100  # (20 s for the shard to be reloaded)
                         await asyncio.sleep(0.2)
                 assert r.matched == sum(subscription_matches(s, m) for s in subs), m
             assert c.app.engine.stats["shard_failures"] >= 1
