@@ -143,7 +143,8 @@ def rss_flat(samples: Sequence[Sample], warmup_s: float, tolerance: float) -> di
 # ---- latency per minute -------------------------------------------------------------------------
 @dataclass
 class PerMinute:
-    """Publish->delivery latencies by minute of the message's due time."""
+    """Publish->delivery latencies by minute of the message's due time since ``started`` (the
+    first message's)."""
 
     started: float
     samples: dict[int, list[float]] = field(default_factory=dict)
@@ -212,6 +213,7 @@ async def run_traffic(target: str, processes: ClusterProcesses, subs, msgs, args
         if r.kind == "+":
             due = publisher.due_of(r.message_id)
             if due < math.inf:
+                per_minute.started = per_minute.started or float(publisher.due[0])
                 per_minute.add(due, r.received - due)
 
     followed = busiest(subs, msgs, args.streams, seed=args.seed)
@@ -227,7 +229,6 @@ async def run_traffic(target: str, processes: ClusterProcesses, subs, msgs, args
         await warm_up(stub(), msgs)
         await asyncio.sleep(0.5)
         t0 = time.time()
-        per_minute.started = t0
         say(
             f"traffic       {n:,} messages at {args.rate:,g}/s (ttl {args.ttl:g} s), "
             f"{len(streams)} streams followed, {len(moving):,} moving at {args.crowd_rate:,g} "
