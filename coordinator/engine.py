@@ -25,12 +25,16 @@ that crosses a shard boundary therefore gives
 exactly the ± difference the in-process AP+-Tree gives.
 
 Shard faults: a shard whose call fails (its actor died, or did not answer within the deadline its
-handle enforces) is *down*: that round's operations on it fail with UNAVAILABLE, and until it is
-back the operations routed to it fail at once, without a call, while the other shards' rounds go
-on. A task reloads it in the background from the subscriptions placed on it (retried with
-back-off; a shard whose actor is dead for good is first given a new actor by ``replace_shard``);
-the changes routed to it meanwhile (subscribe, unsubscribe, move) are kept and replayed right
-after the load, ahead of its next round, so it rejoins in step with the routing state.
+handle enforces) is *down*: that round's operations on it, and its parts of the rounds still in
+flight, fail with UNAVAILABLE, and until it is back the operations routed to it fail at once,
+without a call, while the other shards' rounds go on. A task reloads it in the background
+(retried with back-off; a shard whose actor is dead for good is first given a new actor by
+``replace_shard``) to what its subscribers were *told*: the subscriptions as they were before
+the first failed round, and the live messages it had, stored again without deliveries; what it
+missed since (moves, subscribes, publishes of messages live on the others or waiting for it) is
+then applied again in the next round, with deliveries, so that every holder ends up with
+exactly the ADDs and REMOVEs of what it holds (``coordinator.outages``). A message's expiry is
+taken in the round where all its shards answered, so its REMOVEs are never lost to a fault.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from coordinator.outages import MISSED_MAX, Missed, Outage, subject, told
 from coordinator.rounds import Round
 from coordinator.slots import Slots
 from shard.applus.tree import recentre
@@ -74,9 +79,6 @@ DEFAULT_TICK_S = 0.25
 RELOAD_PAUSE_S = (0.25, 10.0)
 """First and longest pause between two attempts to reload a shard that is down (doubling): a
 stopped shard is tried again soon, one that stays away is not called in a tight loop."""
-MISSED_MAX = 100_000
-"""Changes routed to a shard while it is being reloaded, kept to replay after the load; past
-this the load is made again from a fresh copy of its subscriptions instead."""
 
 
 class ShardHandle(Protocol):
@@ -100,7 +102,7 @@ def location_bbox(loc: Point | Rect) -> tuple[float, float, float, float]:
 
 @dataclass(slots=True)
 class Op:
-    kind: str  # "pub" | "sub" | "unsub" | "move"
+    kind: str  # "pub" | "sub" | "unsub" | "move" | "redo"
     arg: Any
     future: asyncio.Future
     payload: bytes = b""
@@ -109,6 +111,12 @@ class Op:
     """A live message stored again at start, its deliveries not made again (``replay``)."""
     expiry: float = 0.0
     """A replayed message's expiry."""
+    prev: Subscription | None = None
+    """A change's subscription before it (None: new), and where it was placed then."""
+    prev_at: tuple[int, ...] = ()
+    shard: int = -1
+    """A "redo" operation (``arg``: an item a reloaded shard missed, and the subscription before
+    it): the shard it goes to again, its updates delivered (``coordinator.outages``)."""
 
 
 REPLAY_MIN_TTL_S = 1e-3
@@ -132,6 +140,9 @@ class _Sent:
     reload says nothing about the reloaded shard)."""
     skipped: dict[int, UnavailableError]
     """Shards that were down: not called, their share fails with the error."""
+    lost: dict[int, UnavailableError] = dataclasses.field(default_factory=dict)
+    """Shards called that went down (in an earlier round) before this round was back: their
+    share fails, whatever they answer (they are rebuilt to before it; ``coordinator.outages``)."""
 
 
 def _fail(fut: asyncio.Future, err: Exception) -> None:
@@ -181,6 +192,9 @@ class Engine:
         self.live: dict[str, tuple[Message, bytes, float]] = {}
         """Stored messages not yet expired: (message, payload, expiry)."""
         self.multi: dict[str, dict[int, int]] = {}  # message on several shards -> slot -> count
+        self.reached: dict[str, int] = {}
+        """Stored messages whose publish failed on some of their shards (and is stored on the
+        others): the subscriptions reached so far (a retry's answer)."""
         self._expiry: list[tuple[float, str]] = []
         self._pending: list[Op] = []
         self._stored_waiting = 0
@@ -190,11 +204,10 @@ class Engine:
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._last_now = -float("inf")
-        self._down: dict[int, UnavailableError] = {}
-        """Shards being reloaded -> the error the operations routed to them get."""
-        self._missed: dict[int, list[tuple]] = {}
-        """Changes routed to a down shard since its current reload attempt copied its share."""
-        self._missed_overflow: set[int] = set()
+        self._down: dict[int, Outage] = {}
+        """Shards being reloaded -> the error their operations get, what they missed."""
+        self._inflight: collections.deque[_Sent] = collections.deque()
+        """Rounds sent and not yet finished, oldest first."""
         self._reloads: dict[int, asyncio.Task] = {}
         self._generation = [0] * len(self.shards)
         self.replace_shard = replace_shard
@@ -285,7 +298,10 @@ class Engine:
         queued. ``fields`` names each message in errors. A stored message (ttl > 0) that would
         make more than ``max_live_messages`` live or waiting is OverloadedError; a message
         counts from here until the first round at or after its expiry (while messages are live
-        a round runs at least every ``tick_s``). O(len(msgs))."""
+        a round runs at least every ``tick_s``). A stored message whose id is live already is
+        a retry of a publish that failed on some of its shards and was stored on the others
+        (the rest reach it once they are back): it is answered with the subscriptions reached
+        so far, and not published again. O(len(msgs))."""
         self._check_open()
         if len(self._pending) + len(msgs) > self.queue_max:
             self.stats["rejected_overload"] += 1
@@ -293,10 +309,11 @@ class Engine:
         self._mark_first()
         room = self.max_live_messages - len(self.live) - self._stored_waiting
         stored = 0
+        live = self.live
         for m, f in zip(msgs, fields, strict=True):
             if m.ttl:
-                if m.id in self.live:
-                    raise ValidationError(f"{f}.id", m.id, "a live message already has this id")
+                if m.id in live:
+                    continue
                 stored += 1
                 if stored > room:
                     self.stats["rejected_live_cap"] += 1
@@ -306,10 +323,19 @@ class Engine:
                         "retry once some expire"
                     )
         loop = asyncio.get_running_loop()
-        ops = [Op("pub", m, loop.create_future(), p) for m, p in zip(msgs, payloads, strict=True)]
+        ops = []
+        out = []
+        for m, p in zip(msgs, payloads, strict=True):
+            fut = loop.create_future()
+            out.append(fut)
+            if m.ttl and m.id in live:
+                fut.set_result(self.reached.get(m.id, 0))
+            else:
+                ops.append(Op("pub", m, fut, p))
         self._stored_waiting += stored
-        self._queued(ops)
-        return [op.future for op in ops]
+        if ops:
+            self._queued(ops)
+        return out
 
     def subscribe(self, sub: Subscription) -> asyncio.Future:
         return self._submit(Op("sub", sub, self._future()))
@@ -412,7 +438,7 @@ class Engine:
         next is sent only once a full one waits, up to ``ROUNDS_IN_FLIGHT`` at once (a shard
         actor runs one caller's calls in order): the coordinator then routes round r+1 while
         the shards work on round r."""
-        inflight: collections.deque[_Sent] = collections.deque()
+        inflight = self._inflight
         loop = asyncio.get_running_loop()
         try:
             while True:
@@ -460,10 +486,10 @@ class Engine:
         down = self._down
         ks = [k for k in range(len(self.shards)) if (per[k] or self.live) and k not in down]
         skipped = {}
-        for k, err in down.items():
+        for k, outage in down.items():
             if per[k]:
-                skipped[k] = err
-                self._note_missed(k, per[k])
+                skipped[k] = outage.error
+                outage.note(_items_on(ops, where, per, k))
         results = asyncio.ensure_future(
             asyncio.gather(*(self.shards[k].apply(per[k], now) for k in ks), return_exceptions=True)
         )
@@ -508,14 +534,15 @@ class Engine:
         results = sent.results.result()
         by_shard = {}
         for k, r in zip(ks, results, strict=True):
-            if isinstance(r, BaseException):
+            if k in sent.lost:  # the shard went down in an earlier round: rebuilt to before it
+                by_shard[k] = ([], [sent.lost[k]] * len(per[k]), [])
+            elif isinstance(r, BaseException):
                 # the shard is gone, broken or hung: its share of the round fails with
                 # UNAVAILABLE and it is down until a background task has reloaded it
                 err = r if isinstance(r, UnavailableError) else UnavailableError(f"shard {k}: {r}")
                 by_shard[k] = ([], [err] * len(per[k]), [])
                 self.stats["shard_failures"] += 1
-                if sent.generations[k] == self._generation[k]:
-                    self.shard_failed(k, err)
+                self.shard_failed(k, err, _items_on(ops, where, per, k))
             else:
                 by_shard[k] = r
         for k, err in sent.skipped.items():
@@ -524,12 +551,25 @@ class Engine:
         slot = self.slots.slot
         rnd = Round(now)
         # expirations first (every shard advanced to now before its ops)
-        self._merge([(slot(s), g, m) for k in ks for s, g, m in by_shard[k][0]], rnd)
-        rnd.expired = self._expire(now)
+        subs = self.subs  # (a shard may still hold one that is gone: its reload removes it)
+        self._merge([(slot(s), g, m) for k in ks for s, g, m in by_shard[k][0] if s in subs], rnd)
+        rnd.expired = self._expire(
+            now,
+            {
+                k
+                for k in ks
+                if k not in sent.lost and not isinstance(results[ks.index(k)], BaseException)
+            },
+        )
         multi = self.multi
         live = self.live
         for op, places in zip(ops, where, strict=True):
             start = len(rnd.subs)
+            if op.kind == "redo":
+                part = by_shard[op.shard][1][places[0][1]] if places else None
+                self._merge_redo(op, part, reached, places, rnd)
+                rnd.spans.append((op, start, len(rnd.subs)))
+                continue
             if len(places) == 1 and op.kind == "pub" and op.arg.id not in multi:
                 # the common case: a message on one shard, whose updates are ADDs to the
                 # subscriptions it reached (each once); no netting needed
@@ -538,9 +578,11 @@ class Engine:
                 if isinstance(part, Exception):
                     if not op.future.done():
                         _fail(op.future, part)
-                    if not op.replay:  # stored nowhere (a live one is kept for the reload)
-                        self._forget(op.arg.id)
-                elif part and not op.replay:
+                    if not op.replay:
+                        self._failed_publish(op, [part], 0)
+                    rnd.spans.append((op, start, len(rnd.subs)))
+                    continue
+                if part and not op.replay:
                     rnd.extend_adds(reached[k][i], op.arg.id)
                     rnd.payloads[op.arg.id] = op.payload
                 if op.arg.ttl and not op.replay and op.arg.id in live:
@@ -558,9 +600,11 @@ class Engine:
                 ]
                 ups = [(s, "+", mid) for p in got for s in p]
                 self._merge(ups, rnd, op, deliver=not op.replay)
-                if not got and not op.replay:  # failed on every shard: stored nowhere
-                    self._forget(mid)
-                if op.arg.ttl and not op.replay and mid in live:
+                if failed is not None and not op.replay:
+                    self._failed_publish(
+                        op, [p for p in parts if isinstance(p, Exception)], len(ups)
+                    )
+                if got and op.arg.ttl and not op.replay and mid in live:
                     rnd.stored.append((mid, live[mid][2], op.payload))
             else:
                 if op.kind == "move":
@@ -569,54 +613,96 @@ class Engine:
                     rnd.moved.append((op.arg.id, *region_centre(op.arg.region)))
                 parts = [p for p in parts if not isinstance(p, Exception)]
                 self._merge([(slot(s), g, m) for p in parts for s, g, m in p], rnd, op)
-                if op.kind == "unsub":
+                if op.kind == "unsub":  # (its counts go once the rounds before are merged)
                     rnd.removed.append(op.arg)
+                    gone = self.slots.slot_of.get(op.arg)
+                    for counts in multi.values():
+                        counts.pop(gone, None)
             rnd.spans.append((op, start, len(rnd.subs)))
         self.stats["rounds"] += 1
         return rnd
 
+    def _merge_redo(self, op: Op, part, reached, places, rnd: Round) -> None:
+        """Deliver the updates of an item a reloaded shard missed (``coordinator.outages``):
+        those of subscriptions that still exist, netted like any other."""
+        if not places or isinstance(part, Exception):  # gone; or noted missed again
+            return
+        item = op.arg[0]
+        subs = self.subs
+        if item[0] == "pub":
+            k, i = places[0]
+            mid = item[1].id  # (stored: its expiry brings the REMOVEs, even if it is this round's)
+            ups = [(s, "+", mid) for s in reached[k][i]]
+            rnd.payloads.setdefault(mid, op.payload)
+            self._merge(ups, rnd)
+            got = self.live.get(mid)
+            if got is not None:  # (a restart stores it again)
+                rnd.stored.append((mid, got[2], op.payload))
+            return
+        slot = self.slots.slot
+        self._merge([(slot(s), g, m) for s, g, m in part if s in subs], rnd)
+
     # ---- shards that are down ----------------------------------------------------------------
     def down_shards(self) -> dict[int, str]:
         """The shards that are down (being reloaded), with why."""
-        return {k: str(err) for k, err in self._down.items()}
+        return {k: str(o.error) for k, o in self._down.items()}
 
-    def shard_failed(self, k: int, err: BaseException) -> None:
-        """Shard ``k`` failed a call (or its load): it is down, a task reloads it (and gives it
-        back its live messages)."""
-        if k in self._down or self._stopped:
+    def shard_failed(self, k: int, err: BaseException, items: Sequence[Missed] = ()) -> None:
+        """Shard ``k`` failed a call (``items``: its part of that round), or its load: it is
+        down, its parts of the rounds still in flight fail too, and a task reloads it to what
+        its subscribers were told and applies what it missed again (``coordinator.outages``)."""
+        if self._stopped:
+            return
+        outage = self._down.get(k)
+        if outage is not None:
+            outage.note(items)
             return
         why = (str(err).splitlines() or [type(err).__name__])[0]
-        self._down[k] = UnavailableError(f"shard {k} is down, being reloaded ({why})")
-        self._missed[k] = []
+        outage = self._down[k] = Outage(
+            UnavailableError(f"shard {k} is down, being reloaded ({why})")
+        )
+        outage.note(items)
+        for sent in self._inflight:  # sent to it before it failed: their parts are lost
+            if k in sent.ks and k not in sent.lost:
+                sent.lost[k] = outage.error
+                outage.note(_items_on(sent.ops, sent.where, sent.per, k))
+        # what a reload before gave it to apply again and it has not yet been sent: after those
+        stale = [op for op in self._pending if op.kind == "redo" and op.shard == k]
+        if stale:
+            self._pending = [
+                op for op in self._pending if not (op.kind == "redo" and op.shard == k)
+            ]
+            outage.note([op.arg for op in stale])
         log.warning("shard %d is down (%s); reloading it", k, why)
         self._reloads[k] = asyncio.get_running_loop().create_task(
             self._reload(k), name=f"reload-shard-{k}"
         )
 
-    def _note_missed(self, k: int, items: list[tuple]) -> None:
-        """Keep the changes routed to down shard ``k`` to replay after its load (not its
-        publishes: the live messages among them are given back with the others, ``live_in``)."""
-        if k in self._missed_overflow:
-            return
-        missed = self._missed[k]
-        missed.extend(item for item in items if item[0] != "pub")
-        if len(missed) > MISSED_MAX:
-            self._missed_overflow.add(k)
-            missed.clear()
-
     async def _reload(self, k: int) -> None:
-        """Load down shard ``k`` from the subscriptions placed on it until a load succeeds
-        (pausing ``RELOAD_PAUSE_S`` between attempts), replacing a dead actor first; then
-        replay what was routed to it meanwhile and let it take rounds again."""
+        """Load down shard ``k`` until a load succeeds (pausing ``RELOAD_PAUSE_S`` between
+        attempts), replacing a dead actor first: with its subscriptions as their subscribers
+        were told them and, without deliveries, the live messages it had; then, in the next
+        round, what it missed, with deliveries; then it takes rounds again."""
         pause = RELOAD_PAUSE_S[0]
+        outage = self._down[k]
         try:
             while not self._stopped:
-                # a copy of the share and a fresh record of the changes, at the same moment
-                share = [s for sid, s in self.subs.items() if k in self.placement[sid]]
-                self._missed[k] = []
-                self._missed_overflow.discard(k)
+                share = {sid: s for sid, s in self.subs.items() if k in self.placement[sid]}
+                fresh = outage.overflow
+                if fresh:  # too much missed: loaded as things are now
+                    outage.overflow = False
+                    outage.missed.clear()
+                    log.warning(
+                        "shard %d missed more than %d changes: loaded from the current state "
+                        "(its moving subscribers' holdings there may differ from what they "
+                        "were told)",
+                        k,
+                        MISSED_MAX,
+                    )
+                n = len(outage.missed)
+                subs, redo = told(share, outage.missed[:n], self.subs.__contains__)
                 try:
-                    await self.load_shard(k, share, self._tick())
+                    await self.load_shard(k, subs, self._tick())
                 except Exception as exc:
                     if isinstance(exc, ShardDeadError) and self.replace_shard is not None:
                         try:
@@ -632,26 +718,53 @@ class Engine:
                     await asyncio.sleep(pause)
                     pause = min(2 * pause, RELOAD_PAUSE_S[1])
                     continue
-                if k in self._missed_overflow:  # too much changed meanwhile: a fresh copy
+                if outage.overflow:
                     continue
-                missed = self._missed.pop(k)
-                self._generation[k] += 1
+                # routed to it during the load: applied again after what it missed before;
+                # a subscription gone since then leaves the shard first (its tag may be
+                # another's by now), its other items dropped; of the publishes, those of
+                # messages still live (the first time each)
+                live, exists = self.live, self.subs.__contains__
+                loaded = {x.id for x in subs}
+                gone = {
+                    sid
+                    for x in outage.missed[n:]
+                    if x[0][0] != "pub" and not exists(sid := subject(x[0])) and sid in loaded
+                }
+                again: set[str] = set()
+                items: list[Missed] = [(("unsub", sid), None) for sid in gone]
+                for x in redo + outage.missed[n:]:
+                    if x[0][0] == "pub":
+                        mid = x[0][1].id
+                        if mid in again:
+                            continue
+                        again.add(mid)
+                        got = live.get(mid)
+                        if got is None or k not in self.shards_of(got[0]):
+                            continue
+                    elif not exists(subject(x[0])):
+                        continue
+                    items.append(x)
                 del self._down[k]
+                self._generation[k] += 1
                 now = self._tick()
-                live = [
-                    ("pub", dataclasses.replace(m, ttl=max(e - now, REPLAY_MIN_TTL_S)))
-                    for m, _, e in self.live_in(k)
+                had = [
+                    ("pub", dataclasses.replace(e[0], ttl=self._stored_again(e, now)))
+                    for e in self.live_in(k)
+                    if e[0].id not in again
                 ]
-                if missed or live:
-                    self._replay(k, missed + live, now)
+                if had:
+                    self._replay(k, had, now)
+                self._redo(k, items)
                 self.stats["shard_reloads"] += 1
                 log.warning(
-                    "shard %d reloaded with %d subscriptions (%d changes replayed, %d live "
-                    "messages stored again)",
+                    "shard %d reloaded with %d subscriptions (%d live messages stored again, "
+                    "%d missed changes and %d missed messages applied again)",
                     k,
-                    len(share),
-                    len(missed),
-                    len(live),
+                    len(subs),
+                    len(had),
+                    sum(x[0][0] != "pub" for x in items),
+                    sum(x[0][0] == "pub" for x in items),
                 )
                 return
         finally:
@@ -670,6 +783,20 @@ class Engine:
                     result = end()
                     if asyncio.iscoroutine(result):
                         await result
+
+    def _redo(self, k: int, items: list[Missed]) -> None:
+        """Apply what reloaded shard ``k`` missed again, with deliveries, in the next round
+        (ahead of every operation waiting)."""
+        if not items:
+            return
+        loop = asyncio.get_running_loop()
+        ops = [Op("redo", x, loop.create_future(), shard=k) for x in items]
+        for op in ops:  # nobody waits for them
+            op.future.add_done_callback(_seen)
+        if not self._pending:
+            self._first_at = loop.time()
+        self._pending[:0] = ops
+        self._wake.set()
 
     def _replay(self, k: int, items: list[tuple], now: float) -> None:
         """Send the changes missed by reloaded shard ``k`` and its live messages ahead of its
@@ -693,7 +820,16 @@ class Engine:
             out.append((k, len(per[k])))
             per[k].append(item)
 
-        if op.kind == "pub":
+        if op.kind == "redo":
+            item = op.arg[0]
+            if item[0] == "pub":  # stored until its expiry (not at all if it is gone)
+                got = self.live.get(item[1].id)
+                if got is None:
+                    return out
+                item = ("pub", dataclasses.replace(got[0], ttl=self._stored_again(got, now)))
+                op.payload = got[1]
+            send(op.shard, item)
+        elif op.kind == "pub":
             m: Message = op.arg
             targets = (
                 [self.pm.owner(m.location.lon, m.location.lat)]
@@ -717,6 +853,7 @@ class Engine:
         elif op.kind == "sub":
             s: Subscription = op.arg
             old = self.placement.get(s.id, ())
+            op.prev, op.prev_at = self.subs.get(s.id), old
             new = tuple(self.pm.overlapping(region_bbox(s.region)))
             for k in old:
                 if k not in new:
@@ -728,19 +865,27 @@ class Engine:
             self.placement[s.id] = new
         elif op.kind == "unsub":
             sub_id = op.arg
-            for k in self.placement.pop(sub_id, ()):
+            op.prev_at = self.placement.pop(sub_id, ())
+            for k in op.prev_at:
                 send(k, ("unsub", sub_id))
-            self.subs.pop(sub_id, None)
-            gone = self.slots.slot_of.get(sub_id)
-            for counts in self.multi.values():
-                counts.pop(gone, None)
+            op.prev = self.subs.pop(sub_id, None)
         else:  # move
             sub_id = op.arg
-            s = self.subs[sub_id]
+            s = self.subs.get(sub_id)
+            if s is None or not s.moving:  # unsubscribed (or made static) since it was queued
+                why = "gone" if s is None else "no longer moving"
+                _fail(
+                    op.future,
+                    NotFoundError("subscription", sub_id)
+                    if s is None
+                    else ValidationError("id", sub_id, f"the subscription is {why}"),
+                )
+                return out
             moved = Subscription(
                 s.id, s.clauses, recentre(s.region, op.point), True, s.keywords, s.expr
             )
             old = self.placement[sub_id]
+            op.prev, op.prev_at = s, old
             new = tuple(self.pm.overlapping(region_bbox(moved.region)))
             for k in old:
                 if k in new:
@@ -800,34 +945,87 @@ class Engine:
         for s, m in adds:
             rnd.add(s, 0, m)
 
+    def _failed_publish(self, op: Op, errors: list[Exception], reached: int) -> None:
+        """A publish failed on some shards (``errors``; it reached ``reached`` subscriptions on
+        the others). A stored message that failed only because shards are down stays live:
+        they get it when they are back, and their holders their ADDs (``coordinator.outages``);
+        a retry is answered as one (``publish_many``). Otherwise, if it failed everywhere, it is
+        stored nowhere and forgotten (a retry publishes it)."""
+        mid = op.arg.id
+        if op.arg.ttl and all(isinstance(e, UnavailableError) for e in errors):
+            self.reached[mid] = reached
+        elif not reached and len(errors) == len(self.shards_of(op.arg)):
+            self._forget(mid)
+
+    def _stored_again(self, entry: tuple[Message, bytes, float], now: float) -> float:
+        """The ttl a live message is stored again with at ``now`` (a reloaded shard): until its
+        expiry, or if that has passed, ``REPLAY_MIN_TTL_S``, its expiry put off to match (so
+        that the engine forgets it in the round where the shard expires it)."""
+        m, payload, e = entry
+        ttl = e - now
+        if ttl < REPLAY_MIN_TTL_S:
+            ttl = REPLAY_MIN_TTL_S
+            self.live[m.id] = (m, payload, now + ttl)
+            heapq.heappush(self._expiry, (now + ttl, m.id))
+        return ttl
+
     def _forget(self, msg_id: str) -> None:
         """A stored message that failed wherever it went is not live (its heap entry is
         skipped when it comes up)."""
         self.live.pop(msg_id, None)
         self.multi.pop(msg_id, None)
+        self.reached.pop(msg_id, None)
 
-    def _expire(self, now: float) -> list[str]:
-        """Forget the messages expired by ``now``; returns their ids. One stored in a shard that
-        is down is kept (its expiry put off by ``tick_s`` at a time): the reloaded shard gets it
-        back (``live_in``) and expires it, and its holders there get their REMOVEs."""
+    def _expire(self, now: float, answered: set[int]) -> list[str]:
+        """Forget the messages expired by ``now``; returns their ids. A message is forgotten in
+        the round whose answers from its shards brought its REMOVEs: one stored in a shard that
+        did not answer this round (down, failed, or lost) is kept, its expiry put off by
+        ``tick_s`` at a time, and the reloaded shard gets it back (``live_in``) and expires it."""
         out = []
         later = []
+        n = len(self.shards)
         while self._expiry and self._expiry[0][0] <= now:
             t, m = heapq.heappop(self._expiry)
             got = self.live.get(m)
             if got is None or got[2] != t:  # (an entry left behind)
                 continue
-            if self._down and any(k in self._down for k in self.shards_of(got[0])):
+            if len(answered) < n and any(k not in answered for k in self.shards_of(got[0])):
                 later.append((m, got))
                 continue
             del self.live[m]
             self.multi.pop(m, None)
+            self.reached.pop(m, None)
             out.append(m)
         for m, (msg, payload, _) in later:
             t = now + self.tick_s
             self.live[m] = (msg, payload, t)
             heapq.heappush(self._expiry, (t, m))
         return out
+
+
+def _seen(fut: asyncio.Future) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
+def _items_on(ops: Sequence[Op], where, per, k: int) -> list[Missed]:
+    """Shard ``k``'s items of a round, each with its subscription as it was on ``k`` before it
+    (``coordinator.outages``); a message stored again at start is not among them (its holders
+    were told)."""
+    out: list[Missed] = []
+    share = per[k]
+    for op, places in zip(ops, where, strict=True):
+        for kk, i in places:
+            if kk != k:
+                continue
+            if op.kind == "redo":
+                out.append((share[i], op.arg[1]))
+            elif op.kind == "pub":
+                if not op.replay:
+                    out.append((share[i], None))
+            else:
+                out.append((share[i], op.prev if k in op.prev_at else None))
+    return out
 
 
 def _reached(out: list, tags) -> list:

@@ -336,7 +336,12 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
 
     @property
     def engine(self) -> Engine:
-        return self.app.engine
+        """The running engine; UNAVAILABLE while the coordinator is still starting (it listens
+        before its shards are loaded, so that health can say NOT_SERVING)."""
+        eng = self.app.engine
+        if eng is None:
+            raise UnavailableError("the coordinator is starting (loading its shards); retry")
+        return eng
 
     @grpc_errors
     async def Subscribe(self, request, context):

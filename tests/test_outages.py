@@ -1,0 +1,252 @@
+"""Shard faults against the engine, differentially: random publishes, subscribes, moves and
+unsubscribes over several in-process shards, while shards fail calls (before applying a round,
+after applying it — a hung shard whose caller gave up —, or for a while, loads included) and
+are reloaded. Every subscriber's told set (its ADDs and REMOVEs in order) must never take an
+ADD of a message it holds or a REMOVE of one it does not, and once the shards are back it must
+equal, by brute force, the live messages its subscription matches now; at the end, after every
+message expired, nothing may be held."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from coordinator.engine import Engine
+from coordinator.outages import Outage, told
+from coordinator.shards import LocalShard
+from shard.brute import subscription_matches
+from shard.errors import UnavailableError
+from shard.model import Message, Point, Rect, Subscription
+from shard.partition_map import PartitionMap
+
+TERMS = ("a", "b", "c")
+
+
+class FaultyShard(LocalShard):
+    """A shard whose calls are answered in the order made, after a short random pause, and
+    which fails on demand: ``fail("before")`` the next round without applying it,
+    ``fail("after")`` the next round after applying it, ``dead = True`` every call."""
+
+    def __init__(self, k: int, rng: random.Random) -> None:
+        super().__init__(k)
+        self.rng = rng
+        self.lock = asyncio.Lock()
+        self.mode: str | None = None
+        self.dead = False
+
+    def fail(self, mode: str) -> None:
+        self.mode = mode
+
+    async def apply(self, ops, now):
+        async with self.lock:
+            await asyncio.sleep(self.rng.random() * 0.002)
+            if self.dead:
+                raise UnavailableError(f"shard {self.shard_id} is dead")
+            mode, self.mode = self.mode, None
+            if mode == "before":
+                raise UnavailableError(f"shard {self.shard_id} failed")
+            out = await super().apply(ops, now)
+            if mode == "after":
+                raise UnavailableError(f"shard {self.shard_id} did not answer in time")
+            return out
+
+    async def load(self, subs, now, tags):
+        async with self.lock:
+            if self.dead:
+                raise UnavailableError(f"shard {self.shard_id} is dead")
+            return await super().load(subs, now, tags)
+
+
+class Told:
+    """What the subscribers were told, from the rounds the engine hands on."""
+
+    def __init__(self) -> None:
+        self.engine: Engine | None = None
+        self.held: dict[str, set[str]] = {}
+        self.errors: list[str] = []
+        self.one_shot: set[str] = set()
+        """Messages not stored (ttl 0): an ADD each, never held."""
+        self.expiry: dict[str, float] = {}
+        """When each stored message expires, from the round that stored it."""
+
+    async def on_round(self, rnd) -> None:
+        ids = self.engine.slots.ids
+        for slot, kind, i in zip(rnd.subs, rnd.kinds, rnd.midx, strict=True):
+            sid, mid = ids[slot], rnd.mids[i]
+            held = self.held.setdefault(sid, set())
+            if mid in self.one_shot:
+                if kind != 0:
+                    self.errors.append(f"{sid}: - {mid}, a one-shot message")
+            elif kind == 0:
+                if mid in held:
+                    self.errors.append(f"{sid}: + {mid} while held")
+                held.add(mid)
+            else:
+                if mid not in held:
+                    self.errors.append(f"{sid}: - {mid} not held")
+                held.discard(mid)
+        for mid, expiry, _ in rnd.stored:
+            self.expiry.setdefault(mid, expiry)
+        for op, _, _ in rnd.spans:  # answered, as the delivery stage does
+            if op.kind == "unsub":
+                self.held.pop(op.arg, None)
+            if not op.future.done():
+                op.future.set_result(None)
+
+
+def _region(rng: random.Random) -> Rect:
+    x, y = rng.uniform(0, 9), rng.uniform(0, 9)
+    return Rect(x, y, x + rng.uniform(0.5, 3), y + rng.uniform(0.5, 3))
+
+
+def _message(rng: random.Random, n: int) -> Message:
+    terms = tuple(sorted(set(rng.choices(TERMS, k=2))))
+    if rng.random() < 0.3:
+        x, y = rng.uniform(0, 9), rng.uniform(0, 9)
+        loc = Rect(x, y, x + rng.uniform(0.1, 4), y + rng.uniform(0.1, 4))
+    else:
+        loc = Point(rng.uniform(0, 10), rng.uniform(0, 10))
+    return Message(f"m{n}", terms, loc, ttl=rng.choice([0.0, 0.5, 2.0, 5.0]))
+
+
+async def _answered(futs: list) -> None:
+    """Every operation answered (a result or an error), within a bound."""
+    done, pending = await asyncio.wait(futs, timeout=10) if futs else (set(), set())
+    assert not pending, f"{len(pending)} operations never answered"
+    futs.clear()
+
+
+async def _quiet(engine: Engine, clock: list[float]) -> None:
+    """Until no shard is down and nothing waits (the clock still: nothing expires)."""
+    for _ in range(2000):
+        await asyncio.sleep(0.002)
+        if not engine.down_shards() and not engine._pending and not engine._inflight:
+            await asyncio.sleep(0.02)
+            if not engine.down_shards() and not engine._pending and not engine._inflight:
+                return
+    raise AssertionError(f"the engine did not settle: down {engine.down_shards()}")
+
+
+def _check(engine: Engine, told_: Told, now: float) -> None:
+    """Every subscriber holds exactly the live messages it matches; a message past its expiry
+    whose REMOVEs wait for a shard to be back is left to the final check (nothing held)."""
+    assert told_.errors == [], told_.errors[:10]
+    live = [m for m, _, _ in engine.live.values()]
+    expired = {m.id for m in live if told_.expiry.get(m.id, now) <= now}
+    for sid, sub in engine.subs.items():
+        want = {m.id for m in live if m.id not in expired and subscription_matches(sub, m)}
+        got = told_.held.get(sid, set()) - expired
+        assert got == want, (sid, sub, sorted(got - want), sorted(want - got))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_subscribers_are_told_exactly_what_they_hold_through_shard_faults(seed, monkeypatch):
+    monkeypatch.setattr("coordinator.engine.RELOAD_PAUSE_S", (0.001, 0.004))
+
+    async def main():
+        rng = random.Random(seed)
+        pm = PartitionMap.build([(rng.uniform(0, 10), rng.uniform(0, 10)) for _ in range(200)], 3)
+        shards = [FaultyShard(k, rng) for k in range(3)]
+        clock = [1000.0]
+        told_ = Told()
+        engine = Engine(
+            shards,
+            pm,
+            on_round=told_.on_round,
+            batch_max=8,
+            batch_delay_ms=0.5,
+            clock=lambda: clock[0],
+            tick_s=0.01,
+        )
+        told_.engine = engine
+        engine.start()
+        futs = []
+        n_sub = n_msg = 0
+        for step in range(600):
+            r = rng.random()
+            subs = list(engine.subs)
+            if r < 0.25 or not subs:
+                n_sub += 1
+                sub = Subscription(
+                    f"s{n_sub}", ((rng.choice(TERMS),),), _region(rng), moving=rng.random() < 0.5
+                )
+                futs.append(engine.subscribe(sub))
+            elif r < 0.55:
+                n_msg += 1
+                msg = _message(rng, n_msg)
+                if not msg.ttl:
+                    told_.one_shot.add(msg.id)
+                futs += engine.publish_many([msg], [b"p"], ["message"])
+            elif r < 0.85:
+                movers = [s for s in subs if engine.subs[s].moving]
+                if movers:
+                    p = Point(rng.uniform(0, 10), rng.uniform(0, 10))
+                    futs += engine.move_many([(rng.choice(movers), p)], [""])
+            elif r < 0.9:
+                futs.append(engine.unsubscribe(rng.choice(subs)))
+            elif r < 0.95:
+                rng.choice(shards).fail(rng.choice(["before", "after"]))
+            else:
+                shard = rng.choice(shards)
+                shard.dead = True
+                asyncio.get_running_loop().call_later(
+                    rng.random() * 0.02, setattr, shard, "dead", False
+                )
+            if rng.random() < 0.1:
+                clock[0] += rng.random() * 0.5
+            if rng.random() < 0.3:
+                await asyncio.sleep(rng.random() * 0.003)
+            if step % 150 == 149:  # settled: exact
+                for s in shards:
+                    s.dead = False
+                    s.mode = None
+                await _answered(futs)
+                await _quiet(engine, clock)
+                _check(engine, told_, clock[0])
+        for s in shards:
+            s.dead = False
+            s.mode = None
+        await _answered(futs)
+        await _quiet(engine, clock)
+        _check(engine, told_, clock[0])
+        clock[0] += 10.0  # every message expires: nothing is held
+        for _ in range(5):
+            await asyncio.sleep(0.02)
+        await _quiet(engine, clock)
+        assert told_.errors == [], told_.errors[:10]
+        assert not engine.live
+        held = {s: sorted(h) for s, h in told_.held.items() if h}
+        assert held == {}, [f"{s}: {m} held" for s, h in held.items() for m in h][:10]
+        assert engine.stats["shard_reloads"] > 0
+        await engine.stop()
+
+    asyncio.run(main())
+
+
+def test_told_undoes_what_the_shard_missed():
+    a = Subscription("a", (("x",),), Rect(0, 0, 1, 1), moving=True)
+    a2 = Subscription("a", (("x",),), Rect(5, 5, 6, 6), moving=True)
+    b = Subscription("b", (("y",),), Rect(0, 0, 1, 1))
+    c = Subscription("c", (("y",),), Rect(0, 0, 1, 1))
+    missed = [
+        (("move", "a", Point(5.5, 5.5)), a),
+        (("sub", b, 7), None),
+        (("move", "a", Point(0.5, 0.5)), a2),
+        (("unsub", "c"), c),
+    ]
+    share, redo = told({"a": a, "b": b}, missed, {"a", "b"}.__contains__)
+    assert share == [a]  # a as it was before its first missed move; b not there yet; c gone
+    assert [x[0][0] for x in redo] == ["move", "sub", "move"]
+
+
+def test_an_outage_past_its_limit_keeps_nothing(monkeypatch):
+    monkeypatch.setattr("coordinator.outages.MISSED_MAX", 2)
+    o = Outage(UnavailableError("down"))
+    o.note([(("unsub", "a"), None)] * 2)
+    assert not o.overflow and len(o.missed) == 2
+    o.note([(("unsub", "b"), None)])
+    assert o.overflow and o.missed == []
+    o.note([(("unsub", "c"), None)])
+    assert o.missed == []
