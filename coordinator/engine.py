@@ -52,6 +52,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
+
 from coordinator.outages import MISSED_MAX, Missed, Outage, subject, told
 from coordinator.rounds import Round
 from coordinator.slots import Slots
@@ -275,7 +277,8 @@ class Engine:
             where = tuple(self.pm.overlapping(region_bbox(s.region)))
             self.subs[s.id] = s
             self.placement[s.id] = where
-            slot(s.id)
+            x = slot(s.id)  # (first: taking a slot may grow the arrays)
+            self.slots.placed[x] = True
             for k in where:
                 per[k].append(s)
         self.slots.keep_only(self.subs)
@@ -535,24 +538,23 @@ class Engine:
         by_shard = {}
         for k, r in zip(ks, results, strict=True):
             if k in sent.lost:  # the shard went down in an earlier round: rebuilt to before it
-                by_shard[k] = ([], [sent.lost[k]] * len(per[k]), [])
+                by_shard[k] = (NO_EXPIRY, [sent.lost[k]] * len(per[k]), [])
             elif isinstance(r, BaseException):
                 # the shard is gone, broken or hung: its share of the round fails with
                 # UNAVAILABLE and it is down until a background task has reloaded it
                 err = r if isinstance(r, UnavailableError) else UnavailableError(f"shard {k}: {r}")
-                by_shard[k] = ([], [err] * len(per[k]), [])
+                by_shard[k] = (NO_EXPIRY, [err] * len(per[k]), [])
                 self.stats["shard_failures"] += 1
                 self.shard_failed(k, err, _items_on(ops, where, per, k))
             else:
                 by_shard[k] = r
         for k, err in sent.skipped.items():
-            by_shard[k] = ([], [err] * len(per[k]), [])
+            by_shard[k] = (NO_EXPIRY, [err] * len(per[k]), [])
         reached = {k: _reached(by_shard[k][1], by_shard[k][2]) for k in by_shard}
         slot = self.slots.slot
         rnd = Round(now)
         # expirations first (every shard advanced to now before its ops)
-        subs = self.subs  # (a shard may still hold one that is gone: its reload removes it)
-        self._merge([(slot(s), g, m) for k in ks for s, g, m in by_shard[k][0] if s in subs], rnd)
+        self._expirations([by_shard[k][0] for k in ks], rnd)
         rnd.expired = self._expire(
             now,
             {
@@ -621,6 +623,32 @@ class Engine:
             rnd.spans.append((op, start, len(rnd.subs)))
         self.stats["rounds"] += 1
         return rnd
+
+    def _expirations(self, parts: list[tuple[list[str], np.ndarray, np.ndarray]], rnd) -> None:
+        """The shards' expirations (``shard.ops.Expired``), first in a round: REMOVEs of each
+        expired message from its holders still in the routing (a shard may report one just
+        unsubscribed); a message on several shards netted (``_merge``), the others added as
+        they come."""
+        placed = self.slots.placed
+        multi = self.multi
+        net: list[tuple[int, str, str]] = []
+        for mids, counts, tags in parts:
+            if not mids:
+                continue
+            keep = (tags >= 0) & placed[np.maximum(tags, 0)]
+            ends = np.cumsum(counts).tolist()
+            start = 0
+            for mid, end in zip(mids, ends, strict=True):
+                held = tags[start:end][keep[start:end]].tolist()
+                start = end
+                if not held:
+                    continue
+                if mid in multi:
+                    net += [(s, "-", mid) for s in held]
+                else:
+                    rnd.extend_removes(held, mid)
+        if net:
+            self._merge(net, rnd)
 
     def _merge_redo(self, op: Op, part, reached, places, rnd: Round) -> None:
         """Deliver the updates of an item a reloaded shard missed (``coordinator.outages``):
@@ -721,9 +749,9 @@ class Engine:
                 if outage.overflow:
                     continue
                 # routed to it during the load: applied again after what it missed before;
-                # a subscription gone since then leaves the shard first (its tag may be
-                # another's by now), its other items dropped; of the publishes, those of
-                # messages still live (the first time each)
+                # a subscription gone since then leaves the shard before anything else (its
+                # tag may be another's by now), its other items dropped; of the publishes,
+                # those of messages still live (the first time each)
                 live, exists = self.live, self.subs.__contains__
                 loaded = {x.id for x in subs}
                 gone = {
@@ -732,7 +760,7 @@ class Engine:
                     if x[0][0] != "pub" and not exists(sid := subject(x[0])) and sid in loaded
                 }
                 again: set[str] = set()
-                items: list[Missed] = [(("unsub", sid), None) for sid in gone]
+                items: list[Missed] = []
                 for x in redo + outage.missed[n:]:
                     if x[0][0] == "pub":
                         mid = x[0][1].id
@@ -753,8 +781,8 @@ class Engine:
                     for e in self.live_in(k)
                     if e[0].id not in again
                 ]
-                if had:
-                    self._replay(k, had, now)
+                if had or gone:  # (one gone since its load leaves first: its tag may be reused)
+                    self._replay(k, [("unsub", sid) for sid in gone] + had, now)
                 self._redo(k, items)
                 self.stats["shard_reloads"] += 1
                 log.warning(
@@ -859,6 +887,7 @@ class Engine:
                 if k not in new:
                     send(k, ("detach", s.id))
             tag = self.slots.slot(s.id)
+            self.slots.placed[tag] = True
             for k in new:
                 send(k, ("sub", s, tag))
             self.subs[s.id] = s
@@ -869,6 +898,9 @@ class Engine:
             for k in op.prev_at:
                 send(k, ("unsub", sub_id))
             op.prev = self.subs.pop(sub_id, None)
+            gone = self.slots.slot_of.get(sub_id)
+            if gone is not None:
+                self.slots.placed[gone] = False
         else:  # move
             sub_id = op.arg
             s = self.subs.get(sub_id)
@@ -1001,6 +1033,10 @@ class Engine:
             self.live[m] = (msg, payload, t)
             heapq.heappush(self._expiry, (t, m))
         return out
+
+
+NO_EXPIRY = ([], np.zeros(0, np.int64), np.zeros(0, np.int32))
+"""A shard's expirations when it did not answer."""
 
 
 def _seen(fut: asyncio.Future) -> None:

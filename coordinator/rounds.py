@@ -60,6 +60,14 @@ class Round:
         self.kinds.append(kind)
         self.midx.append(self.message(msg_id))
 
+    def extend_removes(self, slots: list[int], msg_id: str) -> None:
+        """REMOVEs of one message from ``slots`` (an expiry's deliveries)."""
+        k = self.message(msg_id)
+        n = len(slots)
+        self.subs.extend(slots)
+        self.kinds.extend([REMOVE] * n)
+        self.midx.extend([k] * n)
+
     def extend_adds(self, slots: list[int], msg_id: str) -> None:
         """ADDs of one message to ``slots`` (a publish's deliveries)."""
         k = self.message(msg_id)

@@ -59,6 +59,9 @@ class Slots:
         self.plen = np.zeros(capacity, np.int64)
         self.durable = np.zeros(capacity, np.bool_)
         self.followed = np.zeros(capacity, np.bool_)
+        self.placed = np.zeros(capacity, np.bool_)
+        """Whether the slot's subscription is in the routing (the engine sets it): the shards'
+        expirations are kept only for these (a shard may report one just unsubscribed)."""
         self.refreshed = np.full(capacity, -np.inf)
         """When the slot's log expiry was last set (by this process)."""
 
@@ -94,7 +97,7 @@ class Slots:
             self._pool_dead += int(self.plen[s])
             self.plen[s] = 0
             self.ids[s] = None
-            self.durable[s] = self.followed[s] = False
+            self.durable[s] = self.followed[s] = self.placed[s] = False
             self._free.append(s)
 
     def keep_only(self, ids: Iterable[str]) -> None:
@@ -179,6 +182,7 @@ class Slots:
             ("plen", 0),
             ("durable", False),
             ("followed", False),
+            ("placed", False),
         ):
             old = getattr(self, name)
             new = np.full(cap, fill, old.dtype)

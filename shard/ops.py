@@ -10,7 +10,8 @@ An operation is a plain tuple (picklable, no protobuf):
     ("detach", id)            -m for everything s holds here, then removed (s left this shard)
     ("move", id, Point)       the move's ± difference
 
-``apply_ops`` first advances the shard to ``now`` (the expirations), then applies runs of
+``apply_ops`` first advances the shard to ``now`` (the expirations, as columns:
+``ShardState.advance_tagged``), then applies runs of
 operations of one kind with one batch call each, and attributes every update to its operation
 (a publish's deliveries are counted, and given as tags, not tuples):
 a run never holds two operations on the same subscription (or message), so the subscription id
@@ -20,12 +21,17 @@ a run never holds two operations on the same subscription (or message), so the s
 >>> from shard.state import ShardState
 >>> st = ShardState(0)
 >>> sub = Subscription("s", (("x",),), Rect(0, 0, 1, 1), moving=True)
->>> apply_ops(st, [("sub", sub, 4), ("pub", Message("m", ("x",), Point(2, 0.5), ttl=9.0))], 0.0)
-([], [[], 0], array([], dtype=int32))
->>> apply_ops(st, [("move", "s", Point(2, 0.5))], 1.0)
-([], [[('s', '+', 'm')]], array([], dtype=int32))
->>> apply_ops(st, [("pub", Message("n", ("x",), Point(2.5, 0.5)))], 2.0)
-([], [1], array([4], dtype=int32))
+>>> _, out, tags = apply_ops(
+...     st, [("sub", sub, 4), ("pub", Message("m", ("x",), Point(2, 0.5), ttl=9.0))], 0.0
+... )
+>>> out, tags
+([[], 0], array([], dtype=int32))
+>>> apply_ops(st, [("move", "s", Point(2, 0.5))], 1.0)[1]
+[[('s', '+', 'm')]]
+>>> apply_ops(st, [("pub", Message("n", ("x",), Point(2.5, 0.5)))], 2.0)[1:]
+([1], array([4], dtype=int32))
+>>> apply_ops(st, [], 20.0)[0]  # m expired: held by the subscription tagged 4
+(['m'], array([1]), array([4], dtype=int32))
 """
 
 from __future__ import annotations
@@ -46,9 +52,13 @@ PICKLE_PROTOCOL = 5
 """Rounds cross to shard actors pickled by the caller (``ShardActor.apply_pickled``)."""
 
 
+Expired = tuple[list[str], np.ndarray, np.ndarray]
+"""Expirations as columns: message ids, how many holders each, the holders' tags in order."""
+
+
 def apply_ops(
     state: ShardState, ops: Sequence[tuple], now: float
-) -> tuple[list[Update], list, np.ndarray]:
+) -> tuple[Expired, list, np.ndarray]:
     """Returns (expirations up to ``now``, the updates of each operation, the tags of the
     subscriptions the publishes reached): for a publish, its entry is how many subscriptions it
     reached, and their tags follow those of the publishes before it. A run that the shard
@@ -57,7 +67,7 @@ def apply_ops(
     for i, op in enumerate(ops):
         if not isinstance(op, tuple) or not op or op[0] not in _KINDS:
             raise ValidationError(f"ops[{i}]", op, f"must be a tuple starting with one of {_KINDS}")
-    expired = state.advance(now)
+    expired = state.advance_tagged(now)
     out: list = [[] for _ in ops]
     tags: list[np.ndarray] = []
     i = 0

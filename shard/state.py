@@ -372,6 +372,16 @@ class ShardState:
         self.tree._check()
 
     # ---- validation -------------------------------------------------------------------------
+    def advance_tagged(self, now: float) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """``advance`` as columns (``APPlusTree.advance_tagged``): the expired messages' ids,
+        their holders' counts, and the holders' tags, message by message.
+
+        >>> ShardState(0).advance_tagged(10.0)
+        ([], array([], dtype=int64), array([], dtype=int32))
+        """
+        _validate_now(now, self.tree.now)
+        return self.tree.advance_tagged(now)
+
     def _advance_checked(self, now: float) -> list[Update]:
         _validate_now(now, self.tree.now)
         return self.tree.advance(now)

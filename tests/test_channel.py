@@ -147,7 +147,8 @@ def test_rounds_over_the_channel_equal_rounds_over_ray_and_survive_a_restart(ray
     via_ray, via_channel = RayShard(0, actors[0], channel=False), RayShard(1, actors[1])
 
     def canonical(answer):
-        expired, out, tags = answer
+        (mids, counts, held), out, tags = answer
+        expired = (mids, counts.tolist(), held.tolist())
         return expired, [x if isinstance(x, int) else sorted(x) for x in out], list(tags)
 
     async def main():

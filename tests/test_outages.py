@@ -250,3 +250,12 @@ def test_an_outage_past_its_limit_keeps_nothing(monkeypatch):
     assert o.overflow and o.missed == []
     o.note([(("unsub", "c"), None)])
     assert o.missed == []
+
+
+def test_restore_places_every_subscription_past_the_first_slot_arrays():
+    subs = [Subscription(f"s{i}", (("x",),), Rect(0, 0, 1, 1)) for i in range(3000)]
+    pm = PartitionMap.build([(0.5, 0.5)], 1)
+    engine = Engine([LocalShard(0)], pm, on_round=lambda rnd: None)
+    engine.restore(subs)
+    slots = [engine.slots.slot_of[s.id] for s in subs]
+    assert engine.slots.placed[slots].all() and engine.slots.placed.sum() == 3000
