@@ -284,7 +284,13 @@ def test_bench_chaos_loses_and_repeats_nothing_through_one_fault_of_each_kind(tm
     argv += ["--gen-subs", "2000", "--gen-msgs", "3000", "--duration", "48", "--rate", "100"]
     argv += ["--ttl", "3", "--faults", "5", "--min-gap", "2", "--stop", "2", "3.5"]
     argv += ["--movers", "4", "--crowd-rate", "20", "--json"]
-    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=400)
+    try:
+        proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=400)
+    finally:  # a run cut short leaves its detached cluster behind: stopped here (and failed)
+        left = local.read_manifest(tmp_path)
+        if left is not None:
+            down = [sys.executable, "-m", "geopubsub.cli", "down", "--data-dir", str(tmp_path)]
+            subprocess.run(down, cwd=ROOT, timeout=120)
     assert proc.stdout.strip(), proc.stderr[-4000:]
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     assert (r["lost"], r["duplicated"], r["out_of_order"], r["unexpected"]) == (0, 0, 0, 0), r[
@@ -303,6 +309,6 @@ def test_bench_chaos_loses_and_repeats_nothing_through_one_fault_of_each_kind(tm
     assert r["static"]["adds"] > 50 and r["static"]["removes"] > 0
     assert r["movers"]["adds"] > 0 and r["movers"]["removes"] > 0
     # everything it started is stopped
-    assert local.read_manifest(tmp_path) is None
+    assert left is None
     assert not any(alive(f["pid"]) for f in r["fault_log"])
     assert proc.returncode == 0, proc.stderr[-3000:]
