@@ -180,8 +180,8 @@ class Deliveries:
             pending = self.dedupe.pending
             for op, a, b in rnd.spans:
                 if op.kind == "pub" and pending(op.arg.id, op.future):
-                    if op.future.done():  # failed: not published, a retry must publish it
-                        self.dedupe.forget(op.arg.id)
+                    if op.future.done() and not op.partial:  # failed: not published, a
+                        self.dedupe.forget(op.arg.id)  # retry must publish it
                     else:
                         pub_ids.append(op.arg.id)
                         matched[op.arg.id] = b - a  # a publish's deliveries are ADDs

@@ -116,11 +116,16 @@ class Op:
     prev: Subscription | None = None
     """A change's subscription before it (None: new), and where it was placed then."""
     prev_at: tuple[int, ...] = ()
+    partial: bool = False
+    """A publish that failed on some shards and took effect on others (``Engine.partial``)."""
     shard: int = -1
     """A "redo" operation (``arg``: an item a reloaded shard missed, and the subscription before
     it): the shard it goes to again, its updates delivered (``coordinator.outages``)."""
 
 
+PARTIAL_MAX = 100_000
+"""Ids of publishes that failed on some shards and took effect on the others, kept so that a
+retry is answered, not published again (the retention log's dedupe keeps them too)."""
 REPLAY_MIN_TTL_S = 1e-3
 """A replayed message whose expiry has passed is stored this long, so that the next round
 expires it and its holders get their REMOVEs."""
@@ -194,7 +199,15 @@ class Engine:
         self.live: dict[str, tuple[Message, bytes, float]] = {}
         """Stored messages not yet expired: (message, payload, expiry)."""
         self.multi: dict[str, dict[int, int]] = {}  # message on several shards -> slot -> count
-        self.reached: dict[str, int] = {}
+        self.partial: collections.OrderedDict[str, int] = collections.OrderedDict()
+        """Publishes that failed on some of their shards because they were down, and took
+        effect on the others (the rest follow once they are back): id -> subscriptions reached
+        then, a retry's answer (the newest ``PARTIAL_MAX``)."""
+        self.once: dict[str, tuple[Message, bytes, set[int], set[int]]] = {}
+        """One-shot messages (ttl 0) whose publish failed on some of their shards because they
+        were down, and reached subscriptions on the others: the message, its payload, the
+        slots it reached so far, and the shards still to reach (once they are back: ADDs to
+        the subscriptions not reached yet)."""
         """Stored messages whose publish failed on some of their shards (and is stored on the
         others): the subscriptions reached so far (a retry's answer)."""
         self._expiry: list[tuple[float, str]] = []
@@ -315,7 +328,7 @@ class Engine:
         live = self.live
         for m, f in zip(msgs, fields, strict=True):
             if m.ttl:
-                if m.id in live:
+                if m.id in live or m.id in self.partial:
                     continue
                 stored += 1
                 if stored > room:
@@ -331,8 +344,8 @@ class Engine:
         for m, p in zip(msgs, payloads, strict=True):
             fut = loop.create_future()
             out.append(fut)
-            if m.ttl and m.id in live:
-                fut.set_result(self.reached.get(m.id, 0))
+            if m.id in self.partial or (m.ttl and m.id in live):
+                fut.set_result(self.partial.get(m.id, 0))
             else:
                 ops.append(Op("pub", m, fut, p))
         self._stored_waiting += stored
@@ -603,8 +616,13 @@ class Engine:
                 ups = [(s, "+", mid) for p in got for s in p]
                 self._merge(ups, rnd, op, deliver=not op.replay)
                 if failed is not None and not op.replay:
+                    down = [
+                        k
+                        for (k, _), p in zip(places, parts, strict=True)
+                        if isinstance(p, Exception)
+                    ]
                     self._failed_publish(
-                        op, [p for p in parts if isinstance(p, Exception)], len(ups)
+                        op, [p for p in parts if isinstance(p, Exception)], len(ups), ups, down
                     )
                 if got and op.arg.ttl and not op.replay and mid in live:
                     rnd.stored.append((mid, live[mid][2], op.payload))
@@ -651,15 +669,24 @@ class Engine:
             self._merge(net, rnd)
 
     def _merge_redo(self, op: Op, part, reached, places, rnd: Round) -> None:
-        """Deliver the updates of an item a reloaded shard missed (``coordinator.outages``):
-        those of subscriptions that still exist, netted like any other."""
+        """Deliver the updates of an item a reloaded shard missed (``coordinator.outages``),
+        netted like any other."""
         if not places or isinstance(part, Exception):  # gone; or noted missed again
             return
         item = op.arg[0]
-        subs = self.subs
         if item[0] == "pub":
             k, i = places[0]
             mid = item[1].id  # (stored: its expiry brings the REMOVEs, even if it is this round's)
+            once = self.once.get(mid)
+            if once is not None:  # one-shot: ADDs to those the other shards did not reach
+                new = [s for s in reached[k][i] if s not in once[2]]
+                once[2].update(new)
+                once[3].discard(k)
+                if not once[3]:
+                    del self.once[mid]
+                rnd.extend_adds(new, mid)
+                rnd.payloads.setdefault(mid, op.payload)
+                return
             ups = [(s, "+", mid) for s in reached[k][i]]
             rnd.payloads.setdefault(mid, op.payload)
             self._merge(ups, rnd)
@@ -667,8 +694,10 @@ class Engine:
             if got is not None:  # (a restart stores it again)
                 rnd.stored.append((mid, got[2], op.payload))
             return
-        slot = self.slots.slot
-        self._merge([(slot(s), g, m) for s, g, m in part if s in subs], rnd)
+        # (every update, as for any operation: one unsubscribed later in this round gets its
+        # updates up to then; one gone before the reload has no items left to apply)
+        slot_of = self.slots.slot_of
+        self._merge([(slot_of[s], g, m) for s, g, m in part if s in slot_of], rnd)
 
     # ---- shards that are down ----------------------------------------------------------------
     def down_shards(self) -> dict[int, str]:
@@ -767,7 +796,7 @@ class Engine:
                         if mid in again:
                             continue
                         again.add(mid)
-                        got = live.get(mid)
+                        got = live.get(mid) or self.once.get(mid)
                         if got is None or k not in self.shards_of(got[0]):
                             continue
                     elif not exists(subject(x[0])):
@@ -850,7 +879,9 @@ class Engine:
 
         if op.kind == "redo":
             item = op.arg[0]
-            if item[0] == "pub":  # stored until its expiry (not at all if it is gone)
+            if item[0] == "pub" and item[1].id in self.once:  # one-shot, as it was
+                op.payload = self.once[item[1].id][1]
+            elif item[0] == "pub":  # stored until its expiry (not at all if it is gone)
                 got = self.live.get(item[1].id)
                 if got is None:
                     return out
@@ -977,15 +1008,28 @@ class Engine:
         for s, m in adds:
             rnd.add(s, 0, m)
 
-    def _failed_publish(self, op: Op, errors: list[Exception], reached: int) -> None:
+    def _failed_publish(
+        self,
+        op: Op,
+        errors: list[Exception],
+        reached: int,
+        ups: Sequence[tuple] = (),
+        down: Sequence[int] = (),
+    ) -> None:
         """A publish failed on some shards (``errors``; it reached ``reached`` subscriptions on
         the others). A stored message that failed only because shards are down stays live:
         they get it when they are back, and their holders their ADDs (``coordinator.outages``);
         a retry is answered as one (``publish_many``). Otherwise, if it failed everywhere, it is
         stored nowhere and forgotten (a retry publishes it)."""
         mid = op.arg.id
-        if op.arg.ttl and all(isinstance(e, UnavailableError) for e in errors):
-            self.reached[mid] = reached
+        outage = all(isinstance(e, UnavailableError) for e in errors)
+        if outage and (op.arg.ttl or reached):
+            op.partial = True
+            self.partial[mid] = reached
+            if len(self.partial) > PARTIAL_MAX:
+                self.partial.popitem(last=False)
+            if not op.arg.ttl:  # delivered by the others: the failed shards add the rest
+                self.once[mid] = (op.arg, op.payload, {u[0] for u in ups}, set(down))
         elif not reached and len(errors) == len(self.shards_of(op.arg)):
             self._forget(mid)
 
@@ -1006,7 +1050,6 @@ class Engine:
         skipped when it comes up)."""
         self.live.pop(msg_id, None)
         self.multi.pop(msg_id, None)
-        self.reached.pop(msg_id, None)
 
     def _expire(self, now: float, answered: set[int]) -> list[str]:
         """Forget the messages expired by ``now``; returns their ids. A message is forgotten in
@@ -1026,7 +1069,6 @@ class Engine:
                 continue
             del self.live[m]
             self.multi.pop(m, None)
-            self.reached.pop(m, None)
             out.append(m)
         for m, (msg, payload, _) in later:
             t = now + self.tick_s
