@@ -62,16 +62,15 @@ class Round:
 
     def extend_removes(self, slots: list[int], msg_id: str) -> None:
         """REMOVEs of one message from ``slots`` (an expiry's deliveries)."""
-        k = self.message(msg_id)
-        n = len(slots)
-        self.subs.extend(slots)
-        self.kinds.extend([REMOVE] * n)
-        self.midx.extend([k] * n)
+        self._extend(slots, REMOVE, msg_id)
 
     def extend_adds(self, slots: list[int], msg_id: str) -> None:
         """ADDs of one message to ``slots`` (a publish's deliveries)."""
+        self._extend(slots, ADD, msg_id)
+
+    def _extend(self, slots: list[int], kind: int, msg_id: str) -> None:
         k = self.message(msg_id)
         n = len(slots)
         self.subs.extend(slots)
-        self.kinds.extend([ADD] * n)
+        self.kinds.extend([kind] * n)
         self.midx.extend([k] * n)

@@ -920,7 +920,7 @@ async def run_traffic(cluster, w: Workload, args, progress) -> Traffic:
     from grpc_health.v1 import health_pb2_grpc
 
     from geopubsub.demo import mover_targets, pick_movers, warm_up
-    from geopubsub.traffic import ResumingStream, TrackedMover, busiest, close_channels
+    from geopubsub.traffic import ResumingStream, TrackedMover, busiest, stop_traffic
     from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 
     target = cluster.target
@@ -1027,10 +1027,7 @@ async def run_traffic(cluster, w: Workload, args, progress) -> Traffic:
         finished = time.time()
     finally:
         injector.resume_all()
-        for t in [*tasks, *([crowd_task] if crowd_task else [])]:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await close_channels(channels)
+        await stop_traffic([*tasks, *([crowd_task] if crowd_task else [])], channels)
         progress.done()
     return Traffic(
         publisher,

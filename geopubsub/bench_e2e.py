@@ -211,8 +211,8 @@ async def phases(
         ResultStream,
         busiest,
         channel,
-        close_channels,
         stats,
+        stop_traffic,
         wait_quiet,
     )
     from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
@@ -379,10 +379,7 @@ async def phases(
         out["dropped_deliveries"] = s1.dropped_deliveries
     finally:
         profiler.stop()
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await close_channels(channels)
+        await stop_traffic(tasks, channels)
     return out
 
 

@@ -193,7 +193,7 @@ async def run_traffic(target: str, processes: ClusterProcesses, subs, msgs, args
         Publisher,
         ResultStream,
         busiest,
-        close_channels,
+        stop_traffic,
         wait_quiet,
     )
     from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
@@ -248,10 +248,7 @@ async def run_traffic(target: str, processes: ClusterProcesses, subs, msgs, args
         await wait_quiet(streams, QUIET_S, timeout_s=60.0)
         samples.append(await asyncio.to_thread(sample, processes, time.time() - t0))
     finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await close_channels(channels)
+        await stop_traffic(tasks, channels)
     return SoakResult(
         publisher.answered,
         publisher.finished - publisher.started,

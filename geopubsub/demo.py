@@ -278,8 +278,8 @@ async def run_traffic(target: str, plan: Plan, args: argparse.Namespace, progres
         ResultStream,
         TrackedMover,
         channel,
-        close_channels,
         stats,
+        stop_traffic,
         wait_quiet,
     )
     from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
@@ -352,10 +352,7 @@ async def run_traffic(target: str, plan: Plan, args: argparse.Namespace, progres
         watch.cancel()
         after = await stats(control)
     finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await close_channels(channels)
+        await stop_traffic(tasks, channels)
     progress.done()
     return RunResult(
         publisher,

@@ -48,6 +48,14 @@ def channel(target: str) -> grpc.aio.Channel:
 CLOSE_WAIT_S = 2.0
 
 
+async def stop_traffic(tasks: Sequence[asyncio.Task], channels: Sequence[grpc.aio.Channel]) -> None:
+    """Cancel a run's client tasks, wait until they are done, then close its channels."""
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await close_channels(channels)
+
+
 async def close_channels(channels: Sequence[grpc.aio.Channel]) -> None:
     """Close the channels, then let gRPC's own tasks of the calls they cancelled finish. A
     cancelled streaming call leaves a task that completes on the next turns of the loop; if
