@@ -12,9 +12,10 @@ import logging
 import os
 import signal
 import sys
+import time
 
 from shard.errors import GeoPubSubError
-from shard.heap import FULL_COLLECTION_EVERY_S, GcPauses, young_collections_only
+from shard.heap import FULL_CHECK_EVERY_S, GcPauses, collect_if_grown, young_collections_only
 from shard.runtime import hand_over_promptly
 
 log = logging.getLogger("coordinator")
@@ -52,7 +53,8 @@ async def serve(settings) -> None:
 
     server, port, app = await create_server(settings, factory)
     # the loaded subscriptions are frozen out of collections by every (re)load; what comes
-    # later (moved subscriptions) is collected in full only every FULL_COLLECTION_EVERY_S
+    # later (moved subscriptions, live messages) is collected in full only once it has grown
+    # (shard.heap)
     young_collections_only()
     full_collections = asyncio.get_running_loop().create_task(_collect_everything())
     hand_over_promptly()  # gRPC's and Ray's threads wake the loop without waiting 5 ms for the GIL
@@ -77,13 +79,18 @@ async def serve(settings) -> None:
 
 
 async def _collect_everything() -> None:
-    """Every ``FULL_COLLECTION_EVERY_S`` (shard.heap), a full collection of what was created
-    since the last freeze, and its survivors frozen too: the next pass looks only at what is
-    new again (a pass over everything a busy coordinator had made took ~0.5 s)."""
+    """Every ``FULL_CHECK_EVERY_S``, a full collection of what was created since the last
+    freeze if that has grown (``shard.heap.collect_if_grown``), its survivors frozen too."""
     while True:
-        await asyncio.sleep(FULL_COLLECTION_EVERY_S)
-        gc.collect()
-        gc.freeze()
+        await asyncio.sleep(FULL_CHECK_EVERY_S)
+        t0 = time.perf_counter()
+        found = collect_if_grown()
+        if found is not None:
+            log.info(
+                "gc: full collection (%d found garbage) in %.0f ms",
+                found,
+                1e3 * (time.perf_counter() - t0),
+            )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,17 +24,10 @@ is made only when that count crosses zero; an operation's REMOVEs come before it
 that crosses a shard boundary therefore gives
 exactly the ± difference the in-process AP+-Tree gives.
 
-Shard faults: a shard whose call fails (its actor died, or did not answer within the deadline its
-handle enforces) is *down*: that round's operations on it, and its parts of the rounds still in
-flight, fail with UNAVAILABLE, and until it is back the operations routed to it fail at once,
-without a call, while the other shards' rounds go on. A task reloads it in the background
-(retried with back-off; a shard whose actor is dead for good is first given a new actor by
-``replace_shard``) to what its subscribers were *told*: the subscriptions as they were before
-the first failed round, and the live messages it had, stored again without deliveries; what it
-missed since (moves, subscribes, publishes of messages live on the others or waiting for it) is
-then applied again in the next round, with deliveries, so that every holder ends up with
-exactly the ADDs and REMOVEs of what it holds (``coordinator.outages``). A message's expiry is
-taken in the round where all its shards answered, so its REMOVEs are never lost to a fault.
+Shard faults: a shard whose call fails is *down* until ``coordinator.recovery`` has reloaded it
+to what its subscribers were told; meanwhile its share of each round fails with UNAVAILABLE and
+the other shards' rounds go on. A message's expiry is taken in the round where all its shards
+answered, so its REMOVEs are never lost to a fault.
 """
 
 from __future__ import annotations
@@ -54,14 +47,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from coordinator.outages import MISSED_MAX, Missed, Outage, subject, told
+from coordinator.outages import Missed
+from coordinator.recovery import Recovery, items_on
 from coordinator.rounds import Round
 from coordinator.slots import Slots
 from shard.applus.tree import recentre
 from shard.errors import (
     NotFoundError,
     OverloadedError,
-    ShardDeadError,
     UnavailableError,
     ValidationError,
 )
@@ -78,9 +71,6 @@ ROUNDS_IN_FLIGHT = 3
 """Rounds sent to the shards and not yet finished; later rounds are routed meanwhile."""
 DEFAULT_TICK_S = 0.25
 """Longest time between rounds while messages are live, so that expirations are delivered."""
-RELOAD_PAUSE_S = (0.25, 10.0)
-"""First and longest pause between two attempts to reload a shard that is down (doubling): a
-stopped shard is tried again soon, one that stays away is not called in a tight loop."""
 
 
 class ShardHandle(Protocol):
@@ -117,15 +107,12 @@ class Op:
     """A change's subscription before it (None: new), and where it was placed then."""
     prev_at: tuple[int, ...] = ()
     partial: bool = False
-    """A publish that failed on some shards and took effect on others (``Engine.partial``)."""
+    """A publish that failed on some shards and took effect on others (``Recovery.partial``)."""
     shard: int = -1
     """A "redo" operation (``arg``: an item a reloaded shard missed, and the subscription before
     it): the shard it goes to again, its updates delivered (``coordinator.outages``)."""
 
 
-PARTIAL_MAX = 100_000
-"""Ids of publishes that failed on some shards and took effect on the others, kept so that a
-retry is answered, not published again (the retention log's dedupe keeps them too)."""
 REPLAY_MIN_TTL_S = 1e-3
 """A replayed message whose expiry has passed is stored this long, so that the next round
 expires it and its holders get their REMOVEs."""
@@ -199,40 +186,24 @@ class Engine:
         self.live: dict[str, tuple[Message, bytes, float]] = {}
         """Stored messages not yet expired: (message, payload, expiry)."""
         self.multi: dict[str, dict[int, int]] = {}  # message on several shards -> slot -> count
-        self.partial: collections.OrderedDict[str, int] = collections.OrderedDict()
-        """Publishes that failed on some of their shards because they were down, and took
-        effect on the others (the rest follow once they are back): id -> subscriptions reached
-        then, a retry's answer (the newest ``PARTIAL_MAX``)."""
-        self.once: dict[str, tuple[Message, bytes, set[int], set[int]]] = {}
-        """One-shot messages (ttl 0) whose publish failed on some of their shards because they
-        were down, and reached subscriptions on the others: the message, its payload, the
-        slots it reached so far, and the shards still to reach (once they are back: ADDs to
-        the subscriptions not reached yet)."""
-        """Stored messages whose publish failed on some of their shards (and is stored on the
-        others): the subscriptions reached so far (a retry's answer)."""
         self._expiry: list[tuple[float, str]] = []
-        self._pending: list[Op] = []
+        self.pending: list[Op] = []
         self._stored_waiting = 0
-        """Stored messages among ``_pending``: ``live`` has them only once their round is sent."""
+        """Stored messages among ``pending``: ``live`` has them only once their round is sent."""
         self._first_at = 0.0
         """Event-loop time at which the oldest waiting operation arrived."""
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._last_now = -float("inf")
-        self._down: dict[int, Outage] = {}
-        """Shards being reloaded -> the error their operations get, what they missed."""
-        self._inflight: collections.deque[_Sent] = collections.deque()
+        self.inflight: collections.deque[_Sent] = collections.deque()
         """Rounds sent and not yet finished, oldest first."""
-        self._reloads: dict[int, asyncio.Task] = {}
-        self._generation = [0] * len(self.shards)
-        self.replace_shard = replace_shard
-        """Makes a new handle for shard k when its actor is dead for good (the factory that
-        made the first one)."""
         self._stopped = False
         self._failure: str | None = None
         """Why the round loop died, if it did (``_loop_ended``)."""
         self.on_failure = on_failure
         self.stats = defaultdict(int)
+        self.recovery = Recovery(self, replace_shard)
+        """The shards that are down, their reloads, the publishes they cut short."""
 
     # ---- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -252,32 +223,27 @@ class Engine:
         )
         self._stopped = True
         err = UnavailableError(self._failure)
-        for op in self._pending:
+        for op in self.pending:
             if not op.future.done():
                 _fail(op.future, err)
-        self._pending.clear()
+        self.pending.clear()
         self._stored_waiting = 0
         if self.on_failure is not None:
             self.on_failure(exc)
 
     async def stop(self) -> None:
         self._stopped = True
-        for task in self._reloads.values():
-            task.cancel()
-        for task in list(self._reloads.values()):
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._reloads.clear()
+        await self.recovery.stop()
         if self._task is not None:
             if not self._task.done():  # (a loop that died was reported by ``_loop_ended``)
                 self._task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._task
             self._task = None
-        for op in self._pending:
+        for op in self.pending:
             if not op.future.done():
                 _fail(op.future, UnavailableError("the coordinator is stopping"))
-        self._pending.clear()
+        self.pending.clear()
         self._stored_waiting = 0
 
     def restore(self, subs: Sequence[Subscription]) -> dict[int, list[Subscription]]:
@@ -319,16 +285,16 @@ class Engine:
         (the rest reach it once they are back): it is answered with the subscriptions reached
         so far, and not published again. O(len(msgs))."""
         self._check_open()
-        if len(self._pending) + len(msgs) > self.queue_max:
+        if len(self.pending) + len(msgs) > self.queue_max:
             self.stats["rejected_overload"] += 1
-            raise OverloadedError(f"{len(self._pending)} operations waiting; retry later")
+            raise OverloadedError(f"{len(self.pending)} operations waiting; retry later")
         self._mark_first()
         room = self.max_live_messages - len(self.live) - self._stored_waiting
         stored = 0
         live = self.live
         for m, f in zip(msgs, fields, strict=True):
             if m.ttl:
-                if m.id in live or m.id in self.partial:
+                if m.id in live or m.id in self.recovery.partial:
                     continue
                 stored += 1
                 if stored > room:
@@ -344,8 +310,9 @@ class Engine:
         for m, p in zip(msgs, payloads, strict=True):
             fut = loop.create_future()
             out.append(fut)
-            if m.id in self.partial or (m.ttl and m.id in live):
-                fut.set_result(self.partial.get(m.id, 0))
+            before = self.recovery.answered_before(m.id)
+            if before is not None or (m.ttl and m.id in live):
+                fut.set_result(before or 0)
             else:
                 ops.append(Op("pub", m, fut, p))
         self._stored_waiting += stored
@@ -381,9 +348,9 @@ class Engine:
                     "the subscription is not moving (subscribe it with moving=true)",
                 )
         self._check_open()
-        if len(self._pending) + len(moves) > self.queue_max:
+        if len(self.pending) + len(moves) > self.queue_max:
             self.stats["rejected_overload"] += 1
-            raise OverloadedError(f"{len(self._pending)} operations waiting; retry later")
+            raise OverloadedError(f"{len(self.pending)} operations waiting; retry later")
         loop = asyncio.get_running_loop()
         self._mark_first()
         ops = [Op("move", sid, loop.create_future(), point=p) for sid, p in moves]
@@ -397,11 +364,35 @@ class Engine:
         if not entries:
             return
         loop = asyncio.get_running_loop()
-        ops = [Op("pub", m, loop.create_future(), p, replay=True, expiry=e) for m, p, e in entries]
-        if not self._pending:
-            self._first_at = loop.time()
-        self._pending[:0] = ops
+        self.queue_first(
+            [Op("pub", m, loop.create_future(), p, replay=True, expiry=e) for m, p, e in entries]
+        )
+
+    def queue_first(self, ops: list[Op]) -> None:
+        """Queue operations ahead of every operation waiting."""
+        if not self.pending:
+            self._first_at = asyncio.get_running_loop().time()
+        self.pending[:0] = ops
         self._wake.set()
+
+    def take_pending(self, which: Callable[[Op], bool]) -> list[Op]:
+        """Take the waiting operations ``which`` picks out of the queue."""
+        out = [op for op in self.pending if which(op)]
+        if out:
+            self.pending = [op for op in self.pending if not which(op)]
+        return out
+
+    @staticmethod
+    def redo_op(item: Missed, k: int) -> Op:
+        """A "redo" operation: ``item`` applied again on shard ``k``, its updates delivered;
+        nobody waits for it (``coordinator.recovery``)."""
+        op = Op("redo", item, asyncio.get_running_loop().create_future(), shard=k)
+        op.future.add_done_callback(_seen)
+        return op
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
 
     def shards_of(self, m: Message) -> list[int]:
         """The shards a message is stored in (routed to)."""
@@ -420,14 +411,14 @@ class Engine:
     def _queued(self, ops: list[Op]) -> None:
         """Queue operations; wake the loop when it may have something to do: the first ones
         (it may be idle) or a full round (it may be waiting for one)."""
-        self._pending.extend(ops)
-        n = len(self._pending)
+        self.pending.extend(ops)
+        n = len(self.pending)
         if n == len(ops) or n >= self.batch_max:
             self._wake.set()
 
     def _mark_first(self) -> None:
         """Note when the oldest waiting operation arrived (nothing was waiting before it)."""
-        if not self._pending:
+        if not self.pending:
             self._first_at = asyncio.get_running_loop().time()
 
     def _check_open(self) -> None:
@@ -441,9 +432,9 @@ class Engine:
 
     def _submit(self, op: Op) -> asyncio.Future:
         self._check_open()
-        if len(self._pending) >= self.queue_max:
+        if len(self.pending) >= self.queue_max:
             self.stats["rejected_overload"] += 1
-            raise OverloadedError(f"{len(self._pending)} operations waiting; retry later")
+            raise OverloadedError(f"{len(self.pending)} operations waiting; retry later")
         self._mark_first()
         self._queued([op])
         return op.future
@@ -454,14 +445,14 @@ class Engine:
         next is sent only once a full one waits, up to ``ROUNDS_IN_FLIGHT`` at once (a shard
         actor runs one caller's calls in order): the coordinator then routes round r+1 while
         the shards work on round r."""
-        inflight = self._inflight
+        inflight = self.inflight
         loop = asyncio.get_running_loop()
         try:
             while True:
                 while inflight and inflight[0].results.done():
                     await self._finish(inflight.popleft())
                 if inflight and (
-                    len(inflight) >= ROUNDS_IN_FLIGHT or len(self._pending) < self.batch_max
+                    len(inflight) >= ROUNDS_IN_FLIGHT or len(self.pending) < self.batch_max
                 ):
                     # nothing to send yet: wait for the oldest round, or for a full round
                     if len(inflight) >= ROUNDS_IN_FLIGHT:
@@ -474,18 +465,18 @@ class Engine:
                         )
                         waker.cancel()
                     continue
-                if not self._pending:
+                if not self.pending:
                     self._wake.clear()
                     timeout = self.tick_s if self.live else None
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._wake.wait(), timeout)
-                if self._pending and len(self._pending) < self.batch_max:
+                if self.pending and len(self.pending) < self.batch_max:
                     # let a round fill until its oldest operation has waited batch_delay
                     wait = self._first_at + self.batch_delay - loop.time()
                     if wait > 0:
                         await asyncio.sleep(wait)
-                ops = self._pending[: self.batch_max * max(1, len(self.shards))]
-                del self._pending[: len(ops)]
+                ops = self.pending[: self.batch_max * max(1, len(self.shards))]
+                del self.pending[: len(ops)]
                 inflight.append(self._send(ops))
         finally:
             for sent in inflight:
@@ -496,22 +487,22 @@ class Engine:
 
     def _send(self, ops: list[Op]) -> _Sent:
         """Route a round and send every shard its share (one call each, not awaited)."""
-        now = self._tick()
+        now = self.tick()
         per: list[list[tuple]] = [[] for _ in self.shards]
         where = [self._route(op, per, now) for op in ops]
-        down = self._down
+        down = self.recovery.down
         ks = [k for k in range(len(self.shards)) if (per[k] or self.live) and k not in down]
         skipped = {}
         for k, outage in down.items():
             if per[k]:
                 skipped[k] = outage.error
-                outage.note(_items_on(ops, where, per, k))
+                outage.note(items_on(ops, where, per, k))
         results = asyncio.ensure_future(
             asyncio.gather(*(self.shards[k].apply(per[k], now) for k in ks), return_exceptions=True)
         )
-        return _Sent(ops, where, per, ks, now, results, list(self._generation), skipped)
+        return _Sent(ops, where, per, ks, now, results, list(self.recovery.generation), skipped)
 
-    def _tick(self) -> float:
+    def tick(self) -> float:
         """The clock for the next call to the shards, never behind an earlier one."""
         now = max(self.clock(), self._last_now)
         self._last_now = now
@@ -558,7 +549,7 @@ class Engine:
                 err = r if isinstance(r, UnavailableError) else UnavailableError(f"shard {k}: {r}")
                 by_shard[k] = (NO_EXPIRY, [err] * len(per[k]), [])
                 self.stats["shard_failures"] += 1
-                self.shard_failed(k, err, _items_on(ops, where, per, k))
+                self.recovery.failed(k, err, items_on(ops, where, per, k))
             else:
                 by_shard[k] = r
         for k, err in sent.skipped.items():
@@ -581,8 +572,9 @@ class Engine:
         for op, places in zip(ops, where, strict=True):
             start = len(rnd.subs)
             if op.kind == "redo":
-                part = by_shard[op.shard][1][places[0][1]] if places else None
-                self._merge_redo(op, part, reached, places, rnd)
+                if places:
+                    k, i = places[0]
+                    self.recovery.merge_redo(op, by_shard[k][1][i], reached[k][i], rnd)
                 rnd.spans.append((op, start, len(rnd.subs)))
                 continue
             if len(places) == 1 and op.kind == "pub" and op.arg.id not in multi:
@@ -594,7 +586,7 @@ class Engine:
                     if not op.future.done():
                         _fail(op.future, part)
                     if not op.replay:
-                        self._failed_publish(op, [part], 0)
+                        self.recovery.failed_publish(op, [part], 0)
                     rnd.spans.append((op, start, len(rnd.subs)))
                     continue
                 if part and not op.replay:
@@ -614,14 +606,14 @@ class Engine:
                     reached[k][i] for k, i in places if not isinstance(by_shard[k][1][i], Exception)
                 ]
                 ups = [(s, "+", mid) for p in got for s in p]
-                self._merge(ups, rnd, op, deliver=not op.replay)
+                self.merge(ups, rnd, op, deliver=not op.replay)
                 if failed is not None and not op.replay:
                     down = [
                         k
                         for (k, _), p in zip(places, parts, strict=True)
                         if isinstance(p, Exception)
                     ]
-                    self._failed_publish(
+                    self.recovery.failed_publish(
                         op, [p for p in parts if isinstance(p, Exception)], len(ups), ups, down
                     )
                 if got and op.arg.ttl and not op.replay and mid in live:
@@ -632,7 +624,7 @@ class Engine:
                 elif op.kind == "sub" and op.arg.moving:  # its own centre, after earlier moves
                     rnd.moved.append((op.arg.id, *region_centre(op.arg.region)))
                 parts = [p for p in parts if not isinstance(p, Exception)]
-                self._merge([(slot(s), g, m) for p in parts for s, g, m in p], rnd, op)
+                self.merge([(slot(s), g, m) for p in parts for s, g, m in p], rnd, op)
                 if op.kind == "unsub":  # (its counts go once the rounds before are merged)
                     rnd.removed.append(op.arg)
                     gone = self.slots.slot_of.get(op.arg)
@@ -666,209 +658,7 @@ class Engine:
                 else:
                     rnd.extend_removes(held, mid)
         if net:
-            self._merge(net, rnd)
-
-    def _merge_redo(self, op: Op, part, reached, places, rnd: Round) -> None:
-        """Deliver the updates of an item a reloaded shard missed (``coordinator.outages``),
-        netted like any other."""
-        if not places or isinstance(part, Exception):  # gone; or noted missed again
-            return
-        item = op.arg[0]
-        if item[0] == "pub":
-            k, i = places[0]
-            mid = item[1].id  # (stored: its expiry brings the REMOVEs, even if it is this round's)
-            once = self.once.get(mid)
-            if once is not None:  # one-shot: ADDs to those the other shards did not reach
-                new = [s for s in reached[k][i] if s not in once[2]]
-                once[2].update(new)
-                once[3].discard(k)
-                if not once[3]:
-                    del self.once[mid]
-                rnd.extend_adds(new, mid)
-                rnd.payloads.setdefault(mid, op.payload)
-                return
-            ups = [(s, "+", mid) for s in reached[k][i]]
-            rnd.payloads.setdefault(mid, op.payload)
-            self._merge(ups, rnd)
-            got = self.live.get(mid)
-            if got is not None:  # (a restart stores it again)
-                rnd.stored.append((mid, got[2], op.payload))
-            return
-        # (every update, as for any operation: one unsubscribed later in this round gets its
-        # updates up to then; one gone before the reload has no items left to apply)
-        slot_of = self.slots.slot_of
-        self._merge([(slot_of[s], g, m) for s, g, m in part if s in slot_of], rnd)
-
-    # ---- shards that are down ----------------------------------------------------------------
-    def down_shards(self) -> dict[int, str]:
-        """The shards that are down (being reloaded), with why."""
-        return {k: str(o.error) for k, o in self._down.items()}
-
-    def shard_failed(self, k: int, err: BaseException, items: Sequence[Missed] = ()) -> None:
-        """Shard ``k`` failed a call (``items``: its part of that round), or its load: it is
-        down, its parts of the rounds still in flight fail too, and a task reloads it to what
-        its subscribers were told and applies what it missed again (``coordinator.outages``)."""
-        if self._stopped:
-            return
-        outage = self._down.get(k)
-        if outage is not None:
-            outage.note(items)
-            return
-        why = (str(err).splitlines() or [type(err).__name__])[0]
-        outage = self._down[k] = Outage(
-            UnavailableError(f"shard {k} is down, being reloaded ({why})")
-        )
-        outage.note(items)
-        for sent in self._inflight:  # sent to it before it failed: their parts are lost
-            if k in sent.ks and k not in sent.lost:
-                sent.lost[k] = outage.error
-                outage.note(_items_on(sent.ops, sent.where, sent.per, k))
-        # what a reload before gave it to apply again and it has not yet been sent: after those
-        stale = [op for op in self._pending if op.kind == "redo" and op.shard == k]
-        if stale:
-            self._pending = [
-                op for op in self._pending if not (op.kind == "redo" and op.shard == k)
-            ]
-            outage.note([op.arg for op in stale])
-        log.warning("shard %d is down (%s); reloading it", k, why)
-        self._reloads[k] = asyncio.get_running_loop().create_task(
-            self._reload(k), name=f"reload-shard-{k}"
-        )
-
-    async def _reload(self, k: int) -> None:
-        """Load down shard ``k`` until a load succeeds (pausing ``RELOAD_PAUSE_S`` between
-        attempts), replacing a dead actor first: with its subscriptions as their subscribers
-        were told them and, without deliveries, the live messages it had; then, in the next
-        round, what it missed, with deliveries; then it takes rounds again."""
-        pause = RELOAD_PAUSE_S[0]
-        outage = self._down[k]
-        try:
-            while not self._stopped:
-                share = {sid: s for sid, s in self.subs.items() if k in self.placement[sid]}
-                fresh = outage.overflow
-                if fresh:  # too much missed: loaded as things are now
-                    outage.overflow = False
-                    outage.missed.clear()
-                    log.warning(
-                        "shard %d missed more than %d changes: loaded from the current state "
-                        "(its moving subscribers' holdings there may differ from what they "
-                        "were told)",
-                        k,
-                        MISSED_MAX,
-                    )
-                n = len(outage.missed)
-                subs, redo = told(share, outage.missed[:n], self.subs.__contains__)
-                try:
-                    await self.load_shard(k, subs, self._tick())
-                except Exception as exc:
-                    if isinstance(exc, ShardDeadError) and self.replace_shard is not None:
-                        try:
-                            await self._replace(k, exc)
-                        except Exception:  # Ray itself away, say: tried again after the pause
-                            log.warning("shard %d: no new actor", k, exc_info=True)
-                    log.warning(
-                        "shard %d could not be reloaded (%s); trying again in %g s",
-                        k,
-                        (str(exc).splitlines() or [type(exc).__name__])[0],
-                        pause,
-                    )
-                    await asyncio.sleep(pause)
-                    pause = min(2 * pause, RELOAD_PAUSE_S[1])
-                    continue
-                if outage.overflow:
-                    continue
-                # routed to it during the load: applied again after what it missed before;
-                # a subscription gone since then leaves the shard before anything else (its
-                # tag may be another's by now), its other items dropped; of the publishes,
-                # those of messages still live (the first time each)
-                live, exists = self.live, self.subs.__contains__
-                loaded = {x.id for x in subs}
-                gone = {
-                    sid
-                    for x in outage.missed[n:]
-                    if x[0][0] != "pub" and not exists(sid := subject(x[0])) and sid in loaded
-                }
-                again: set[str] = set()
-                items: list[Missed] = []
-                for x in redo + outage.missed[n:]:
-                    if x[0][0] == "pub":
-                        mid = x[0][1].id
-                        if mid in again:
-                            continue
-                        again.add(mid)
-                        got = live.get(mid) or self.once.get(mid)
-                        if got is None or k not in self.shards_of(got[0]):
-                            continue
-                    elif not exists(subject(x[0])):
-                        continue
-                    items.append(x)
-                del self._down[k]
-                self._generation[k] += 1
-                now = self._tick()
-                had = [
-                    ("pub", dataclasses.replace(e[0], ttl=self._stored_again(e, now)))
-                    for e in self.live_in(k)
-                    if e[0].id not in again
-                ]
-                if had or gone:  # (one gone since its load leaves first: its tag may be reused)
-                    self._replay(k, [("unsub", sid) for sid in gone] + had, now)
-                self._redo(k, items)
-                self.stats["shard_reloads"] += 1
-                log.warning(
-                    "shard %d reloaded with %d subscriptions (%d live messages stored again, "
-                    "%d missed changes and %d missed messages applied again)",
-                    k,
-                    len(subs),
-                    len(had),
-                    sum(x[0][0] != "pub" for x in items),
-                    sum(x[0][0] == "pub" for x in items),
-                )
-                return
-        finally:
-            self._reloads.pop(k, None)
-
-    async def _replace(self, k: int, exc: Exception) -> None:
-        """Give shard ``k`` a new actor: Ray gave the old one up for good."""
-        old = self.shards[k]
-        self.shards[k] = self.replace_shard(k)
-        self.stats["shard_replacements"] += 1
-        log.warning("shard %d: %s; a new actor replaces it", k, str(exc).splitlines()[0])
-        for name in ("kill", "close"):
-            end = getattr(old, name, None)
-            if end is not None:
-                with contextlib.suppress(Exception):
-                    result = end()
-                    if asyncio.iscoroutine(result):
-                        await result
-
-    def _redo(self, k: int, items: list[Missed]) -> None:
-        """Apply what reloaded shard ``k`` missed again, with deliveries, in the next round
-        (ahead of every operation waiting)."""
-        if not items:
-            return
-        loop = asyncio.get_running_loop()
-        ops = [Op("redo", x, loop.create_future(), shard=k) for x in items]
-        for op in ops:  # nobody waits for them
-            op.future.add_done_callback(_seen)
-        if not self._pending:
-            self._first_at = loop.time()
-        self._pending[:0] = ops
-        self._wake.set()
-
-    def _replay(self, k: int, items: list[tuple], now: float) -> None:
-        """Send the changes missed by reloaded shard ``k`` and its live messages ahead of its
-        next round (a handle answers calls in the order made); their updates are nobody's (the
-        operations were answered UNAVAILABLE; the live messages' holders were told before,
-        and the netting counts still hold them). If it fails, the shard is down again."""
-        generation = self._generation[k]
-        call = asyncio.ensure_future(self.shards[k].apply(items, now))
-
-        def done(task: asyncio.Task) -> None:
-            exc = None if task.cancelled() else task.exception()
-            if exc is not None and generation == self._generation[k] and not self._stopped:
-                self.shard_failed(k, exc)
-
-        call.add_done_callback(done)
+            self.merge(net, rnd)
 
     def _route(self, op: Op, per: list[list[tuple]], now: float) -> list[tuple[int, int]]:
         out: list[tuple[int, int]] = []
@@ -878,16 +668,9 @@ class Engine:
             per[k].append(item)
 
         if op.kind == "redo":
-            item = op.arg[0]
-            if item[0] == "pub" and item[1].id in self.once:  # one-shot, as it was
-                op.payload = self.once[item[1].id][1]
-            elif item[0] == "pub":  # stored until its expiry (not at all if it is gone)
-                got = self.live.get(item[1].id)
-                if got is None:
-                    return out
-                item = ("pub", dataclasses.replace(got[0], ttl=self._stored_again(got, now)))
-                op.payload = got[1]
-            send(op.shard, item)
+            item = self.recovery.route_redo(op, now)
+            if item is not None:
+                send(op.shard, item)
         elif op.kind == "pub":
             m: Message = op.arg
             targets = (
@@ -963,7 +746,7 @@ class Engine:
             self.stats["moves"] += 1
         return out
 
-    def _merge(
+    def merge(
         self,
         ups: list[tuple[int, str, str]],
         rnd: Round,
@@ -1008,32 +791,7 @@ class Engine:
         for s, m in adds:
             rnd.add(s, 0, m)
 
-    def _failed_publish(
-        self,
-        op: Op,
-        errors: list[Exception],
-        reached: int,
-        ups: Sequence[tuple] = (),
-        down: Sequence[int] = (),
-    ) -> None:
-        """A publish failed on some shards (``errors``; it reached ``reached`` subscriptions on
-        the others). A stored message that failed only because shards are down stays live:
-        they get it when they are back, and their holders their ADDs (``coordinator.outages``);
-        a retry is answered as one (``publish_many``). Otherwise, if it failed everywhere, it is
-        stored nowhere and forgotten (a retry publishes it)."""
-        mid = op.arg.id
-        outage = all(isinstance(e, UnavailableError) for e in errors)
-        if outage and (op.arg.ttl or reached):
-            op.partial = True
-            self.partial[mid] = reached
-            if len(self.partial) > PARTIAL_MAX:
-                self.partial.popitem(last=False)
-            if not op.arg.ttl:  # delivered by the others: the failed shards add the rest
-                self.once[mid] = (op.arg, op.payload, {u[0] for u in ups}, set(down))
-        elif not reached and len(errors) == len(self.shards_of(op.arg)):
-            self._forget(mid)
-
-    def _stored_again(self, entry: tuple[Message, bytes, float], now: float) -> float:
+    def stored_again(self, entry: tuple[Message, bytes, float], now: float) -> float:
         """The ttl a live message is stored again with at ``now`` (a reloaded shard): until its
         expiry, or if that has passed, ``REPLAY_MIN_TTL_S``, its expiry put off to match (so
         that the engine forgets it in the round where the shard expires it)."""
@@ -1045,7 +803,7 @@ class Engine:
             heapq.heappush(self._expiry, (now + ttl, m.id))
         return ttl
 
-    def _forget(self, msg_id: str) -> None:
+    def forget(self, msg_id: str) -> None:
         """A stored message that failed wherever it went is not live (its heap entry is
         skipped when it comes up)."""
         self.live.pop(msg_id, None)
@@ -1084,26 +842,6 @@ NO_EXPIRY = ([], np.zeros(0, np.int64), np.zeros(0, np.int32))
 def _seen(fut: asyncio.Future) -> None:
     if not fut.cancelled():
         fut.exception()
-
-
-def _items_on(ops: Sequence[Op], where, per, k: int) -> list[Missed]:
-    """Shard ``k``'s items of a round, each with its subscription as it was on ``k`` before it
-    (``coordinator.outages``); a message stored again at start is not among them (its holders
-    were told)."""
-    out: list[Missed] = []
-    share = per[k]
-    for op, places in zip(ops, where, strict=True):
-        for kk, i in places:
-            if kk != k:
-                continue
-            if op.kind == "redo":
-                out.append((share[i], op.arg[1]))
-            elif op.kind == "pub":
-                if not op.replay:
-                    out.append((share[i], None))
-            else:
-                out.append((share[i], op.prev if k in op.prev_at else None))
-    return out
 
 
 def _reached(out: list, tags) -> list:

@@ -176,7 +176,7 @@ class Coordinator:
         freeze_long_lived()  # 1M subscriptions out of every later collection (shard.heap)
         for k, result in enumerate(loaded):  # served without it until a reload succeeds
             if isinstance(result, Exception):
-                self.engine.shard_failed(k, result)
+                self.engine.recovery.failed(k, result)
             elif isinstance(result, BaseException):
                 raise result
         self.engine.start()
@@ -239,7 +239,7 @@ class Coordinator:
         await self._set_health(redis_ok)
 
     async def _set_health(self, redis_ok: bool) -> None:
-        down = self.engine.down_shards() if self.engine is not None else {}
+        down = self.engine.recovery.down_shards() if self.engine is not None else {}
         want = {REDIS_HEALTH: SERVING if redis_ok else NOT_SERVING}
         for k in range(self.settings.shards):
             want[shard_health_name(k)] = NOT_SERVING if k in down else SERVING
@@ -277,7 +277,7 @@ class Coordinator:
         if self.deliveries.log_failing is not None:
             parts.append(f"the retention log cannot be written ({self.deliveries.log_failing})")
         if self.engine is not None:
-            parts += self.engine.down_shards().values()
+            parts += self.engine.recovery.down_shards().values()
         return "; ".join(parts)
 
 
@@ -505,7 +505,7 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
     @grpc_errors
     async def GetStats(self, request, context):
         eng = self.engine
-        if down := eng.down_shards():  # at once, not after a down shard's timeout
+        if down := eng.recovery.down_shards():  # at once, not after a down shard's timeout
             raise UnavailableError("; ".join(down[k] for k in sorted(down)))
         per = await asyncio.gather(*(s.stats() for s in eng.shards))
         return pb.Stats(

@@ -37,6 +37,8 @@ MINUTE_S = 60.0
 """Latency is reported per minute of the publisher's schedule."""
 QUIET_S = 1.0
 """After the last publish, the streams are read until quiet this long."""
+LEVEL_WINDOW_S = 60.0
+"""The last part of the warm-up whose band of RSS gives a process's level (``rss_flat``)."""
 
 
 # ---- memory -------------------------------------------------------------------------------------
@@ -99,27 +101,37 @@ def sample(processes: ClusterProcesses, t: float) -> Sample:
 
 
 def rss_flat(samples: Sequence[Sample], warmup_s: float, tolerance: float) -> dict[str, Any]:
-    """Whether every process's RSS stayed within ±``tolerance`` (a share) of its value in the
-    first sample at or after ``warmup_s``, in every later sample. A process absent from that
-    sample (appeared later), gone from a later one, or with another pid later (replaced) is not
-    flat. Returns ``{"flat": bool, "processes": {name: {...}}}``.
+    """Whether every process's RSS stayed within ±``tolerance`` (a share) of its level at the
+    warm-up's end, in every later sample. The level is the middle of the band the process was in
+    over the warm-up's last ``LEVEL_WINDOW_S`` (the samples then and the first at or after
+    ``warmup_s``): a process whose RSS swings with its allocator, as a shard's does between
+    purges, is measured against where it swings, not against one low or high sample. A process absent from the first sample after the
+    warm-up (appeared later), gone from a later one, or with another pid later (replaced) is
+    not flat. Returns ``{"flat": bool, "processes": {name: {...}}}``.
 
-    >>> s = [Sample(0, {"c": 1}, {"c": 50.0}), Sample(10, {"c": 1}, {"c": 100.0}),
+    >>> s = [Sample(0, {"c": 1}, {"c": 100.0}), Sample(10, {"c": 1}, {"c": 100.0}),
     ...      Sample(20, {"c": 1}, {"c": 112.0})]
     >>> rss_flat(s, 10, 0.1)["flat"], rss_flat(s, 10, 0.15)["flat"]
     (False, True)
+    >>> s = [Sample(t, {"c": 1}, {"c": v}) for t, v in [(0, 90.), (10, 110.), (20, 95.),
+    ...      (30, 105.), (40, 108.)]]
+    >>> rss_flat(s, 20, 0.1)["processes"]["c"]["at_warmup_mb"]  # the middle of 90 .. 110
+    100.0
     """
     after = [s for s in samples if s.t >= warmup_s]
     if not after:
         raise ValueError(f"no sample at or after the warm-up ({warmup_s:g} s)")
     ref = after[0]
+    window = [s for s in samples if warmup_s - LEVEL_WINDOW_S <= s.t < warmup_s] + [ref]
     names = sorted({n for s in after for n in s.rss_mb})
     out: dict[str, dict[str, Any]] = {}
     for name in names:
         if name not in ref.rss_mb:
             out[name] = {"flat": False, "note": "appeared after the warm-up"}
             continue
-        base, pid = ref.rss_mb[name], ref.pids[name]
+        pid = ref.pids[name]
+        band = [s.rss_mb[name] for s in window if name in s.rss_mb and s.pids.get(name) == pid]
+        base = (min(band) + max(band)) / 2
         values = [s.rss_mb.get(name) for s in after]
         note = ""
         if any(v is None for v in values):
@@ -309,12 +321,12 @@ def print_report(r: dict, out) -> None:
         )
     lines.append(
         f"  RSS after the {r['warmup_s']:g} s warm-up, within ±{r['tolerance_pct']:g} % of its "
-        f"value then: {'FLAT' if r['flat'] else 'NOT FLAT'}"
+        f"level then: {'FLAT' if r['flat'] else 'NOT FLAT'}"
     )
     for name, p in r["rss"]["processes"].items():
         if "at_warmup_mb" in p:
             lines.append(
-                f"    {name:14s} {p['at_warmup_mb']:8,.0f} MB at the warm-up's end, "
+                f"    {name:14s} {p['at_warmup_mb']:8,.0f} MB level at the warm-up's end, "
                 f"{p['min_mb']:,.0f}..{p['max_mb']:,.0f} after, {p['last_mb']:,.0f} last "
                 f"({p['deviation_pct']:+.1f} % at most){' ' + p['note'] if p['note'] else ''}"
                 f"{'' if p['flat'] else '  NOT FLAT'}"

@@ -27,9 +27,19 @@ def _series(values, pids=None):
 
 
 def test_rss_within_the_band_after_the_warm_up_is_flat():
-    v = rss_flat(_series([50.0, 100.0, 105.0, 96.0, 109.9]), warmup_s=10, tolerance=0.10)
+    ramp = [50.0] + [100.0] * 7  # t = 0 .. 70 s: the growth before the last minute does not count
+    v = rss_flat(_series(ramp + [105.0, 96.0, 109.9]), warmup_s=70, tolerance=0.10)
     assert v["flat"] and v["processes"]["c"]["deviation_pct"] == 9.9
-    assert v["processes"]["c"]["at_warmup_mb"] == 100.0  # the growth before it does not count
+    assert v["processes"]["c"]["at_warmup_mb"] == 100.0
+
+
+def test_a_swinging_rss_is_measured_against_its_level_not_one_low_sample():
+    swing = [110.0, 92.0, 108.0, 94.0, 110.0, 92.0, 108.0, 90.0]  # t = 0 .. 70 s, 90 at 70 s
+    v = rss_flat(_series(swing + [108.0, 92.0, 109.0]), warmup_s=70, tolerance=0.10)
+    assert v["processes"]["c"]["at_warmup_mb"] == 100.0  # the middle of 90 .. 110 (10 .. 70 s)
+    assert v["flat"]  # against the 90 MB sample alone it would read +21 %
+    grows = rss_flat(_series(swing + [108.0, 112.0]), warmup_s=70, tolerance=0.10)
+    assert not grows["flat"]
 
 
 def test_rss_growth_a_replaced_or_vanished_process_is_not_flat():

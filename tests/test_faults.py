@@ -236,7 +236,7 @@ def test_a_stopped_shard_fails_its_operations_only_and_comes_back(
                 r = await c.publish(msg)
                 assert r.matched == sum(subscription_matches(s, msg) for s in subs), msg
             assert c.app.engine.stats["shard_reloads"] >= 1
-            assert c.app.engine.down_shards() == {}
+            assert c.app.engine.recovery.down_shards() == {}
 
     _run(main())
 

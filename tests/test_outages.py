@@ -126,11 +126,11 @@ async def _quiet(engine: Engine, clock: list[float]) -> None:
     """Until no shard is down and nothing waits (the clock still: nothing expires)."""
     for _ in range(2000):
         await asyncio.sleep(0.002)
-        if not engine.down_shards() and not engine._pending and not engine._inflight:
+        if not engine.recovery.down_shards() and not engine.pending and not engine.inflight:
             await asyncio.sleep(0.02)
-            if not engine.down_shards() and not engine._pending and not engine._inflight:
+            if not engine.recovery.down_shards() and not engine.pending and not engine.inflight:
                 return
-    raise AssertionError(f"the engine did not settle: down {engine.down_shards()}")
+    raise AssertionError(f"the engine did not settle: down {engine.recovery.down_shards()}")
 
 
 def _check(engine: Engine, told_: Told, now: float) -> None:
@@ -147,7 +147,7 @@ def _check(engine: Engine, told_: Told, now: float) -> None:
 
 @pytest.mark.parametrize("seed", range(12))
 def test_subscribers_are_told_exactly_what_they_hold_through_shard_faults(seed, monkeypatch):
-    monkeypatch.setattr("coordinator.engine.RELOAD_PAUSE_S", (0.001, 0.004))
+    monkeypatch.setattr("coordinator.recovery.RELOAD_PAUSE_S", (0.001, 0.004))
 
     async def main():
         rng = random.Random(seed)

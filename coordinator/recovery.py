@@ -1,0 +1,337 @@
+"""Shards that fail, and how the engine heals them: the engine routes and merges rounds; this
+module is what happens when a shard's call fails.
+
+A shard whose call fails (its actor died, or did not answer within the deadline its handle
+enforces) is *down*: that round's operations on it, and its parts of the rounds still in flight,
+fail with UNAVAILABLE, and until it is back the operations routed to it fail at once, without a
+call, while the other shards' rounds go on. A task reloads it in the background (retried with
+back-off; a shard whose actor is dead for good is first given a new actor by ``replace_shard``)
+to what its subscribers were *told* (``coordinator.outages``): the subscriptions as they were
+before the first failed round, and the live messages it had, stored again without deliveries.
+What it missed since (moves, subscribes, publishes of messages live on the others or waiting
+for it) is then applied again in the next round as "redo" operations, with deliveries, so that
+every holder ends up with exactly the ADDs and REMOVEs of what it holds.
+
+Publishes that failed only because some of their shards were down took effect on the others:
+``partial`` remembers them (a retry is answered, not published again), and ``once`` the one-shot
+ones, whose missing shards later add only the subscriptions not reached yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from coordinator.outages import MISSED_MAX, Missed, Outage, subject, told
+from coordinator.rounds import Round
+from shard.errors import ShardDeadError, UnavailableError
+from shard.model import Message
+
+if TYPE_CHECKING:
+    from coordinator.engine import Engine, Op, ShardHandle
+
+log = logging.getLogger(__name__)
+
+RELOAD_PAUSE_S = (0.25, 10.0)
+"""First and longest pause between two attempts to reload a shard that is down (doubling): a
+stopped shard is tried again soon, one that stays away is not called in a tight loop."""
+PARTIAL_MAX = 100_000
+"""Ids of publishes that failed on some shards and took effect on the others, kept so that a
+retry is answered, not published again (the retention log's dedupe keeps them too)."""
+
+
+class Recovery:
+    """The down shards of ``engine``, their reloads, and the publishes they cut short."""
+
+    def __init__(
+        self, engine: Engine, replace_shard: Callable[[int], ShardHandle] | None = None
+    ) -> None:
+        self.engine = engine
+        self.replace_shard = replace_shard
+        """Makes a new handle for shard k when its actor is dead for good (the factory that
+        made the first one)."""
+        self.down: dict[int, Outage] = {}
+        """Shards being reloaded -> the error their operations get, what they missed."""
+        self.reloads: dict[int, asyncio.Task] = {}
+        self.generation = [0] * len(engine.shards)
+        """Each shard's reload count: a failure of a round sent before a reload says nothing
+        about the reloaded shard."""
+        self.partial: collections.OrderedDict[str, int] = collections.OrderedDict()
+        """Publishes that failed on some of their shards because they were down, and took
+        effect on the others (the rest follow once they are back): id -> subscriptions reached
+        then, a retry's answer (the newest ``PARTIAL_MAX``)."""
+        self.once: dict[str, tuple[Message, bytes, set[int], set[int]]] = {}
+        """One-shot messages (ttl 0) whose publish failed on some of their shards because they
+        were down, and reached subscriptions on the others: the message, its payload, the
+        slots it reached so far, and the shards still to reach (once they are back: ADDs to
+        the subscriptions not reached yet)."""
+
+    def down_shards(self) -> dict[int, str]:
+        """The shards that are down (being reloaded), with why."""
+        return {k: str(o.error) for k, o in self.down.items()}
+
+    async def stop(self) -> None:
+        for task in self.reloads.values():
+            task.cancel()
+        for task in list(self.reloads.values()):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self.reloads.clear()
+
+    # ---- a shard fails, is reloaded, and applies what it missed ------------------------------
+    def failed(self, k: int, err: BaseException, items: Sequence[Missed] = ()) -> None:
+        """Shard ``k`` failed a call (``items``: its part of that round), or its load: it is
+        down, its parts of the rounds still in flight fail too, and a task reloads it to what
+        its subscribers were told and applies what it missed again."""
+        eng = self.engine
+        if eng.stopped:
+            return
+        outage = self.down.get(k)
+        if outage is not None:
+            outage.note(items)
+            return
+        why = (str(err).splitlines() or [type(err).__name__])[0]
+        outage = self.down[k] = Outage(
+            UnavailableError(f"shard {k} is down, being reloaded ({why})")
+        )
+        outage.note(items)
+        for sent in eng.inflight:  # sent to it before it failed: their parts are lost
+            if k in sent.ks and k not in sent.lost:
+                sent.lost[k] = outage.error
+                outage.note(items_on(sent.ops, sent.where, sent.per, k))
+        # what a reload before gave it to apply again and it has not yet been sent: after those
+        stale = eng.take_pending(lambda op: op.kind == "redo" and op.shard == k)
+        if stale:
+            outage.note([op.arg for op in stale])
+        log.warning("shard %d is down (%s); reloading it", k, why)
+        self.reloads[k] = asyncio.get_running_loop().create_task(
+            self._reload(k), name=f"reload-shard-{k}"
+        )
+
+    async def _reload(self, k: int) -> None:
+        """Load down shard ``k`` until a load succeeds (pausing ``RELOAD_PAUSE_S`` between
+        attempts), replacing a dead actor first: with its subscriptions as their subscribers
+        were told them and, without deliveries, the live messages it had; then, in the next
+        round, what it missed, with deliveries; then it takes rounds again."""
+        eng = self.engine
+        pause = RELOAD_PAUSE_S[0]
+        outage = self.down[k]
+        try:
+            while not eng.stopped:
+                share = {sid: s for sid, s in eng.subs.items() if k in eng.placement[sid]}
+                if outage.overflow:  # too much missed: loaded as things are now
+                    outage.overflow = False
+                    outage.missed.clear()
+                    log.warning(
+                        "shard %d missed more than %d changes: loaded from the current state "
+                        "(its moving subscribers' holdings there may differ from what they "
+                        "were told)",
+                        k,
+                        MISSED_MAX,
+                    )
+                n = len(outage.missed)
+                subs, redo = told(share, outage.missed[:n], eng.subs.__contains__)
+                try:
+                    await eng.load_shard(k, subs, eng.tick())
+                except Exception as exc:
+                    if isinstance(exc, ShardDeadError) and self.replace_shard is not None:
+                        try:
+                            await self._replace(k, exc)
+                        except Exception:  # Ray itself away, say: tried again after the pause
+                            log.warning("shard %d: no new actor", k, exc_info=True)
+                    log.warning(
+                        "shard %d could not be reloaded (%s); trying again in %g s",
+                        k,
+                        (str(exc).splitlines() or [type(exc).__name__])[0],
+                        pause,
+                    )
+                    await asyncio.sleep(pause)
+                    pause = min(2 * pause, RELOAD_PAUSE_S[1])
+                    continue
+                if outage.overflow:
+                    continue
+                # routed to it during the load: applied again after what it missed before;
+                # a subscription gone since then leaves the shard before anything else (its
+                # tag may be another's by now), its other items dropped; of the publishes,
+                # those of messages still live (the first time each)
+                live, exists = eng.live, eng.subs.__contains__
+                loaded = {x.id for x in subs}
+                gone = {
+                    sid
+                    for x in outage.missed[n:]
+                    if x[0][0] != "pub" and not exists(sid := subject(x[0])) and sid in loaded
+                }
+                again: set[str] = set()
+                items: list[Missed] = []
+                for x in redo + outage.missed[n:]:
+                    if x[0][0] == "pub":
+                        mid = x[0][1].id
+                        if mid in again:
+                            continue
+                        again.add(mid)
+                        got = live.get(mid) or self.once.get(mid)
+                        if got is None or k not in eng.shards_of(got[0]):
+                            continue
+                    elif not exists(subject(x[0])):
+                        continue
+                    items.append(x)
+                del self.down[k]
+                self.generation[k] += 1
+                now = eng.tick()
+                had = [
+                    ("pub", dataclasses.replace(e[0], ttl=eng.stored_again(e, now)))
+                    for e in eng.live_in(k)
+                    if e[0].id not in again
+                ]
+                if had or gone:  # (one gone since its load leaves first: its tag may be reused)
+                    self._replay(k, [("unsub", sid) for sid in gone] + had, now)
+                if items:
+                    eng.queue_first([eng.redo_op(x, k) for x in items])
+                eng.stats["shard_reloads"] += 1
+                log.warning(
+                    "shard %d reloaded with %d subscriptions (%d live messages stored again, "
+                    "%d missed changes and %d missed messages applied again)",
+                    k,
+                    len(subs),
+                    len(had),
+                    sum(x[0][0] != "pub" for x in items),
+                    sum(x[0][0] == "pub" for x in items),
+                )
+                return
+        finally:
+            self.reloads.pop(k, None)
+
+    async def _replace(self, k: int, exc: Exception) -> None:
+        """Give shard ``k`` a new actor: Ray gave the old one up for good."""
+        eng = self.engine
+        old = eng.shards[k]
+        eng.shards[k] = self.replace_shard(k)
+        eng.stats["shard_replacements"] += 1
+        log.warning("shard %d: %s; a new actor replaces it", k, str(exc).splitlines()[0])
+        for name in ("kill", "close"):
+            end = getattr(old, name, None)
+            if end is not None:
+                with contextlib.suppress(Exception):
+                    result = end()
+                    if asyncio.iscoroutine(result):
+                        await result
+
+    def _replay(self, k: int, items: list[tuple], now: float) -> None:
+        """Send the changes missed by reloaded shard ``k`` and its live messages ahead of its
+        next round (a handle answers calls in the order made); their updates are nobody's (the
+        operations were answered UNAVAILABLE; the live messages' holders were told before,
+        and the netting counts still hold them). If it fails, the shard is down again."""
+        eng = self.engine
+        generation = self.generation[k]
+        call = asyncio.ensure_future(eng.shards[k].apply(items, now))
+
+        def done(task: asyncio.Task) -> None:
+            exc = None if task.cancelled() else task.exception()
+            if exc is not None and generation == self.generation[k] and not eng.stopped:
+                self.failed(k, exc)
+
+        call.add_done_callback(done)
+
+    # ---- "redo" operations: routed to their shard again, their updates delivered -------------
+    def route_redo(self, op: Op, now: float) -> tuple | None:
+        """The item a "redo" operation sends its shard now (None: nothing, the message gone)."""
+        eng = self.engine
+        item = op.arg[0]
+        if item[0] != "pub":
+            return item
+        mid = item[1].id
+        if mid in self.once:  # one-shot, as it was
+            op.payload = self.once[mid][1]
+            return item
+        got = eng.live.get(mid)  # stored until its expiry (not at all if it is gone)
+        if got is None:
+            return None
+        op.payload = got[1]
+        return ("pub", dataclasses.replace(got[0], ttl=eng.stored_again(got, now)))
+
+    def merge_redo(self, op: Op, part, reached: list, rnd: Round) -> None:
+        """Deliver the updates of an item a reloaded shard missed, netted like any other
+        (``reached``: the slots a publish reached on that shard)."""
+        if isinstance(part, Exception):  # noted missed again
+            return
+        eng = self.engine
+        item = op.arg[0]
+        if item[0] == "pub":
+            mid = item[1].id  # (stored: its expiry brings the REMOVEs, even if it is this round's)
+            once = self.once.get(mid)
+            if once is not None:  # one-shot: ADDs to those the other shards did not reach
+                new = [s for s in reached if s not in once[2]]
+                once[2].update(new)
+                once[3].discard(op.shard)
+                if not once[3]:
+                    del self.once[mid]
+                rnd.extend_adds(new, mid)
+                rnd.payloads.setdefault(mid, op.payload)
+                return
+            rnd.payloads.setdefault(mid, op.payload)
+            eng.merge([(s, "+", mid) for s in reached], rnd)
+            got = eng.live.get(mid)
+            if got is not None:  # (a restart stores it again)
+                rnd.stored.append((mid, got[2], op.payload))
+            return
+        # (every update, as for any operation: one unsubscribed later in this round gets its
+        # updates up to then; one gone before the reload has no items left to apply)
+        slot_of = eng.slots.slot_of
+        eng.merge([(slot_of[s], g, m) for s, g, m in part if s in slot_of], rnd)
+
+    # ---- publishes cut short -----------------------------------------------------------------
+    def answered_before(self, msg_id: str) -> int | None:
+        """A retry's answer, if ``msg_id`` was published already and took effect on some of its
+        shards (the rest follow once they are back)."""
+        return self.partial.get(msg_id)
+
+    def failed_publish(
+        self,
+        op: Op,
+        errors: list[Exception],
+        reached: int,
+        ups: Sequence[tuple] = (),
+        down: Sequence[int] = (),
+    ) -> None:
+        """A publish failed on some shards (``errors``; it reached ``reached`` subscriptions on
+        the others). A stored message that failed only because shards are down stays live:
+        they get it when they are back, and their holders their ADDs; a retry is answered as
+        one (``Engine.publish_many``). Otherwise, if it failed everywhere, it is stored nowhere
+        and forgotten (a retry publishes it)."""
+        eng = self.engine
+        mid = op.arg.id
+        outage = all(isinstance(e, UnavailableError) for e in errors)
+        if outage and (op.arg.ttl or reached):
+            op.partial = True
+            self.partial[mid] = reached
+            if len(self.partial) > PARTIAL_MAX:
+                self.partial.popitem(last=False)
+            if not op.arg.ttl:  # delivered by the others: the failed shards add the rest
+                self.once[mid] = (op.arg, op.payload, {u[0] for u in ups}, set(down))
+        elif not reached and len(errors) == len(eng.shards_of(op.arg)):
+            eng.forget(mid)
+
+
+def items_on(ops: Sequence[Op], where, per, k: int) -> list[Missed]:
+    """Shard ``k``'s items of a round, each with its subscription as it was on ``k`` before it
+    (``coordinator.outages``); a message stored again at start is not among them (its holders
+    were told)."""
+    out: list[Missed] = []
+    share = per[k]
+    for op, places in zip(ops, where, strict=True):
+        for kk, i in places:
+            if kk != k:
+                continue
+            if op.kind == "redo":
+                out.append((share[i], op.arg[1]))
+            elif op.kind == "pub":
+                if not op.replay:
+                    out.append((share[i], None))
+            else:
+                out.append((share[i], op.prev if k in op.prev_at else None))
+    return out
