@@ -15,7 +15,7 @@ import sys
 import time
 
 from shard.errors import GeoPubSubError
-from shard.heap import RECENT_EVERY_S, ClockCollector, GcPauses
+from shard.heap import FULL_CHECK_EVERY_S, GcPauses, collect_if_grown, young_collections_only
 from shard.runtime import hand_over_promptly
 
 log = logging.getLogger("coordinator")
@@ -53,9 +53,10 @@ async def serve(settings) -> None:
 
     server, port, app = await create_server(settings, factory)
     # the loaded subscriptions are frozen out of collections by every (re)load; what comes
-    # later (moved subscriptions, live messages) is collected by the clock (shard.heap)
-    collector = ClockCollector().start()
-    collections = asyncio.get_running_loop().create_task(_collect(collector))
+    # later (moved subscriptions, live messages) is collected in full only once it has grown
+    # (shard.heap)
+    young_collections_only()
+    full_collections = asyncio.get_running_loop().create_task(_collect_everything())
     hand_over_promptly()  # gRPC's and Ray's threads wake the loop without waiting 5 ms for the GIL
     GcPauses(
         on_long=lambda g, dt, n: log.warning(
@@ -72,21 +73,21 @@ async def serve(settings) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    collections.cancel()
-    collector.stop()
+    full_collections.cancel()
     await stop_server(server, app)
     ray.shutdown()
 
 
-async def _collect(collector: ClockCollector) -> None:
-    """Every ``RECENT_EVERY_S``, a collection of what was made since (``shard.heap``)."""
+async def _collect_everything() -> None:
+    """Every ``FULL_CHECK_EVERY_S``, a full collection of what was created since the last
+    freeze if that has grown (``shard.heap.collect_if_grown``), its survivors frozen too."""
     while True:
-        await asyncio.sleep(RECENT_EVERY_S)
+        await asyncio.sleep(FULL_CHECK_EVERY_S)
         t0 = time.perf_counter()
-        found = collector.tick()
+        found = collect_if_grown()
         if found is not None:
             log.info(
-                "gc: full collection (%d objects of garbage found) in %.0f ms",
+                "gc: full collection (%d found garbage) in %.0f ms",
                 found,
                 1e3 * (time.perf_counter() - t0),
             )

@@ -39,7 +39,7 @@ from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.applus.tree import recentre
 from shard.errors import NotFoundError, UnavailableError, ValidationError
 from shard.geometry import region_bbox
-from shard.heap import freeze_long_lived
+from shard.heap import freeze_long_lived, loading
 from shard.model import Point, Subscription
 from shard.partition_map import PartitionMap
 
@@ -127,6 +127,10 @@ class Coordinator:
     async def _load(self, shards: list[ShardHandle], live=(), positions=None) -> int:
         """Read the subscriptions, the ephemeral set and the partition map from Redis, bulk-load
         every shard and start a fresh engine over ``shards``. Returns the subscriptions."""
+        with loading():  # (no garbage collection until its end: shard.heap)
+            return await self._load_all(shards, live, positions)
+
+    async def _load_all(self, shards: list[ShardHandle], live, positions) -> int:
         s = self.settings
         subs: list[Subscription] = []
         async for batch in self.md.iter_subscriptions():

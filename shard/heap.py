@@ -7,86 +7,98 @@ the permanent generation, out of later collections. ``GcPauses`` records how lon
 stop the process, so that a stall shows in the log instead of as unexplained latency.
 
 What a process creates after its last freeze is not frozen. Under traffic the coordinator keeps
-~500,000 such objects alive (live messages, moved subscriptions, rounds in flight) and frees
-them by reference counting; in a 10-minute soak at 5,000 msgs/s its full collections found
-14-75 objects of garbage each. Python's allocation-counted collections cost it anyway: the
-count is allocations minus deallocations, so when expired messages are freed as fast as new
-ones are made it stays low while the young generation fills with live objects; a young
-collection then traversed 40,000-70,000 of them (20-100 ms, several a minute; with a threshold
-of 50,000 instead of 700, one took 682 ms), and full collections of what had reached the old
-generation took 0.1-0.5 s.
+a few 100,000 such objects alive (live messages, moved subscriptions, rounds in flight) and
+frees them by reference counting; in a 10-minute soak at 5,000 msgs/s its full collections
+found 10-75 objects of garbage each. Python's rule for full collections (whenever the old
+generation grows by a quarter of what survived the last one) ignores the frozen objects and so
+fires over and over, each pass traversing everything made since the last freeze (0.1-0.5 s).
+``young_collections_only`` leaves the young generations to Python and never collects the whole
+heap unasked; the owner calls ``collect_if_grown`` now and then, which applies Python's rule
+with the frozen objects counted among the long-lived: a full collection (and a freeze of its
+survivors) once the old generation holds more than a quarter of them, at least
+``FULL_MIN_OBJECTS`` (every ~10 minutes in that soak, 0.4 s). Not during a bulk load
+(``loading``).
 
-So the coordinator collects by the clock instead (``ClockCollector``): Python's own
-collections off, and every ``RECENT_EVERY_S`` one collection of both young generations (what
-was made since the last one and is still alive: a few ms), its survivors then frozen, so that
-nothing is traversed twice. Cycles among frozen objects are not collected until the next full
-collection, which ``tick`` makes (unfreezing everything: ~1.5 s at 1M subscriptions) only once
-the frozen objects have grown by ``FULL_GROWTH`` since the last one — garbage that was still
-alive when it was frozen is then what grows them.
+Measured and not kept: a young threshold of 50,000 instead of 700 (Python counts allocations
+minus deallocations, so while expired messages are freed as fast as new ones are made the
+young generation fills with live objects: one collection took 682 ms), and collecting by the
+clock with the survivors frozen each time (the coordinator fell seconds behind).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
-RECENT_EVERY_S = 0.25
-"""How often a ``ClockCollector`` collects what was made since its last tick."""
-FULL_GROWTH = 0.25
-"""A full collection once the frozen objects grew by this share since the last one ..."""
-FULL_MIN_OBJECTS = 500_000
-"""... and by at least this many objects."""
+FULL_CHECK_EVERY_S = 30.0
+"""How often a process under ``young_collections_only`` looks whether to collect everything."""
+FULL_SHARE = 0.25
+"""A full collection once the old generation holds this share of the frozen objects (Python's
+own rule for its long-lived objects)."""
+FULL_MIN_OBJECTS = 200_000
+"""... and at least this many objects (a small process collects as often as it needs to)."""
+YOUNG_THRESHOLD = 700
+"""Net allocations of tracked objects between young collections (Python's default)."""
+_NEVER = 1 << 30
+_loading = 0
+"""Bulk loads under way (``loading``): ``collect_if_grown`` waits for them to end."""
 
-_frozen_after_full = 0
-"""Frozen objects right after the last full collection (``freeze_long_lived``)."""
+
+@contextlib.contextmanager
+def loading() -> Iterator[None]:
+    """A bulk (re)load: what it builds is not garbage, and it ends with ``freeze_long_lived``;
+    ``collect_if_grown`` does not collect meanwhile (it would take the load for garbage, and
+    collect everything again and again as it grows)."""
+    global _loading
+    _loading += 1
+    try:
+        yield
+    finally:
+        _loading -= 1
+
+
+def young_collections_only(young: int = YOUNG_THRESHOLD) -> None:
+    """Collect the young generations as Python does, never the whole heap unasked.
+
+    >>> young_collections_only(); gc.get_threshold() == (YOUNG_THRESHOLD, 10, _NEVER)
+    True
+    >>> gc.set_threshold(700, 10, 10)
+    """
+    gc.set_threshold(young, 10, _NEVER)
 
 
 def freeze_long_lived() -> int:
     """Collect what an earlier load left behind (unfrozen first, so that its cycles can go),
-    then freeze every surviving object; returns how many objects were found to be garbage.
-    O(objects); call after a bulk (re)load."""
-    global _frozen_after_full
+    then freeze every surviving object; returns how many objects were garbage. O(objects);
+    call after a bulk (re)load."""
     gc.unfreeze()
     with warnings.catch_warnings():  # what others leaked (unclosed files) is not ours to report
         warnings.simplefilter("ignore", ResourceWarning)
         found = gc.collect()
     gc.freeze()
-    _frozen_after_full = gc.get_freeze_count()
     return found
 
 
-class ClockCollector:
-    """Collections by the clock: ``start`` turns Python's allocation-counted collections off;
-    the owner then calls ``tick`` every ``RECENT_EVERY_S``.
+def collect_if_grown(share: float = FULL_SHARE, least: int = FULL_MIN_OBJECTS) -> int | None:
+    """Collect everything, and freeze the survivors, if the old generation holds more than
+    ``share`` of the frozen objects and at least ``least`` objects; returns how many objects the
+    collection found to be garbage (None: not collected). Looking costs a list of the old
+    generation (O(its size), a few ms for 100,000s). Nothing during a bulk load (``loading``).
 
-    >>> c = ClockCollector().start(); gc.isenabled()
-    False
-    >>> c.tick() is None  # (a full collection only once the frozen objects have grown)
-    True
-    >>> c.stop(); gc.isenabled()
+    >>> collect_if_grown(least=1 << 40) is None
     True
     """
-
-    def start(self) -> ClockCollector:
-        gc.disable()
-        return self
-
-    def stop(self) -> None:
-        gc.enable()
-
-    def tick(self) -> int | None:
-        """Collect both young generations and freeze their survivors; if the frozen objects
-        have grown by ``FULL_GROWTH`` (and ``FULL_MIN_OBJECTS``) since the last full
-        collection, collect everything instead (``freeze_long_lived``) and return how many
-        objects it found to be garbage (else None)."""
-        gc.collect(1)
-        gc.freeze()
-        n = gc.get_freeze_count()
-        if n - _frozen_after_full > max(FULL_MIN_OBJECTS, FULL_GROWTH * _frozen_after_full):
-            return freeze_long_lived()
+    if _loading:
         return None
+    old = len(gc.get_objects(2))
+    if old <= max(least, share * gc.get_freeze_count()):
+        return None
+    found = gc.collect()
+    gc.freeze()
+    return found
 
 
 class GcPauses:

@@ -171,15 +171,14 @@ class NaiveMoving:
         if not isinstance(now, (int, float)) or not math.isfinite(now) or now < self.now:
             raise ValidationError("now", now, f"must be finite and not before {self.now}")
         self.now = float(now)
-        expired = self.msgs.pop_expired(self.now)
+        expired, ids = self.msgs.pop_expired(self.now)
         if not expired:
             return []
         out_m, out_s = self.tree.match_encoded(
             EncodedMessages(*self.msgs.encoded(np.array(expired, np.int64)))
         )
         names = self.tree.store.ids[out_s].tolist()
-        msgs = self.msgs.messages
-        ups = [(s, "-", msgs[expired[q]].id) for s, q in zip(names, out_m.tolist(), strict=True)]
+        ups = [(s, "-", ids[q]) for s, q in zip(names, out_m.tolist(), strict=True)]
         if len(self.msgs.dead) > max(65536, len(self.msgs)):
             self._rebuild_grid()
         return ups

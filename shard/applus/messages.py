@@ -139,24 +139,28 @@ class MessageStore:
             heapq.heappush(heap, (e, x))
         return slots
 
-    def pop_expired(self, now: float) -> list[int]:
-        """Slots whose expiry is <= now, in expiry order; they are marked dead."""
+    def pop_expired(self, now: float) -> tuple[list[int], list[str]]:
+        """Slots whose expiry is <= now, in expiry order, and their messages' ids; they are
+        marked dead and their message objects let go now (a few each round: freeing all of
+        them at the next purge stalled it for 50-100 ms)."""
         out = []
         heap = self._heap
         while heap and heap[0][0] <= now:
             _, slot = heapq.heappop(heap)
             out.append(slot)
+        ids = []
+        messages = self.messages
         for slot in out:
             self.alive[slot] = False
-            msg = self.messages[slot]
-            del self.slot_of[msg.id]
+            mid = messages[slot].id
+            messages[slot] = None
+            del self.slot_of[mid]
+            ids.append(mid)
             self.dead.append(slot)
-        return out
+        return out, ids
 
     def release_dead(self) -> None:
         """After a purge: dead slots are named by no list any more and can be reused."""
-        for slot in self.dead:
-            self.messages[slot] = None
         self.free.extend(self.dead)
         self.dead = []
 

@@ -189,35 +189,30 @@ class APPlusTree(APTree):
             raise ValidationError("now", now, "must be a finite number of seconds")
         if now < self.now:
             raise ValidationError("now", now, f"must not go back in time (last now={self.now})")
-        expired, out_m, out_s = self._expire(now)
-        msgs = self.msgs.messages
+        ids, out_m, out_s = self._expire(now)
         names = self.store.ids[out_s].tolist()
-        updates = [
-            (s, "-", msgs[expired[q]].id) for s, q in zip(names, out_m.tolist(), strict=True)
-        ]
+        updates = [(s, "-", ids[q]) for s, q in zip(names, out_m.tolist(), strict=True)]
         self._maybe_purge()
         return updates
 
     def advance_tagged(self, now: float) -> tuple[list[str], np.ndarray, np.ndarray]:
         """``advance`` answered as columns, nothing per delivery: (the ids of the messages that
         expired, how many holders each had, the ``tag`` of every holder, message by message)."""
-        expired, out_m, out_s = self._expire(now)
-        msgs = self.msgs.messages
-        ids = [msgs[q].id for q in expired]
-        counts = np.bincount(out_m, minlength=len(expired)).astype(np.int64)
+        ids, out_m, out_s = self._expire(now)
+        counts = np.bincount(out_m, minlength=len(ids)).astype(np.int64)
         tags = self.store.tag[out_s[np.argsort(out_m, kind="stable")]]
         self._maybe_purge()
         return ids, counts, tags
 
-    def _expire(self, now: float) -> tuple[list[int], np.ndarray, np.ndarray]:
-        """Move the clock to ``now`` and pop the expired messages: (their slots, and for each of
+    def _expire(self, now: float) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """Move the clock to ``now`` and pop the expired messages: (their ids, and for each of
         their holders the index of the message in that list and the holder's store slot)."""
         self.now = float(now)
-        expired = self.msgs.pop_expired(self.now)
+        expired, ids = self.msgs.pop_expired(self.now)
         if not expired:
-            return expired, np.zeros(0, np.int64), np.zeros(0, np.int64)
+            return ids, np.zeros(0, np.int64), np.zeros(0, np.int64)
         out_m, out_s = self._match_arrays(*self.msgs.encoded(np.array(expired, np.int64)))
-        return expired, out_m, out_s
+        return ids, out_m, out_s
 
     def _maybe_purge(self) -> None:
         dead = len(self.msgs.dead)
