@@ -37,8 +37,6 @@ MINUTE_S = 60.0
 """Latency is reported per minute of the publisher's schedule."""
 QUIET_S = 1.0
 """After the last publish, the streams are read until quiet this long."""
-LEVEL_WINDOW_S = 60.0
-"""The last part of the warm-up whose band of RSS gives a process's level (``rss_flat``)."""
 
 
 # ---- memory -------------------------------------------------------------------------------------
@@ -101,28 +99,25 @@ def sample(processes: ClusterProcesses, t: float) -> Sample:
 
 
 def rss_flat(samples: Sequence[Sample], warmup_s: float, tolerance: float) -> dict[str, Any]:
-    """Whether every process's RSS stayed within ±``tolerance`` (a share) of its level at the
-    warm-up's end, in every later sample. The level is the middle of the band the process was in
-    over the warm-up's last ``LEVEL_WINDOW_S`` (the samples then and the first at or after
-    ``warmup_s``): a process whose RSS swings with its allocator, as a shard's does between
-    purges, is measured against where it swings, not against one low or high sample. A process absent from the first sample after the
-    warm-up (appeared later), gone from a later one, or with another pid later (replaced) is
-    not flat. Returns ``{"flat": bool, "processes": {name: {...}}}``.
+    """Whether every process's RSS stayed flat after the warm-up: all its samples from
+    ``warmup_s`` on within ±``tolerance`` (a share) of one level, the middle of their range (a
+    process whose RSS swings with its allocator, as a shard's does between purges, is flat if
+    the swing fits; one that grows by more than twice the tolerance is not). A process absent
+    from the first sample after the warm-up (appeared later), gone from a later one, or with
+    another pid later (replaced) is not flat. Returns ``{"flat": bool, "processes": {name:
+    {...}}}`` (``at_warmup_mb``: its first sample after the warm-up, for the record).
 
-    >>> s = [Sample(0, {"c": 1}, {"c": 100.0}), Sample(10, {"c": 1}, {"c": 100.0}),
-    ...      Sample(20, {"c": 1}, {"c": 112.0})]
+    >>> s = [Sample(0, {"c": 1}, {"c": 50.0}), Sample(10, {"c": 1}, {"c": 100.0}),
+    ...      Sample(20, {"c": 1}, {"c": 124.0})]
     >>> rss_flat(s, 10, 0.1)["flat"], rss_flat(s, 10, 0.15)["flat"]
     (False, True)
-    >>> s = [Sample(t, {"c": 1}, {"c": v}) for t, v in [(0, 90.), (10, 110.), (20, 95.),
-    ...      (30, 105.), (40, 108.)]]
-    >>> rss_flat(s, 20, 0.1)["processes"]["c"]["at_warmup_mb"]  # the middle of 90 .. 110
-    100.0
+    >>> rss_flat(s, 10, 0.15)["processes"]["c"]["level_mb"]  # the middle of 100 .. 124
+    112.0
     """
     after = [s for s in samples if s.t >= warmup_s]
     if not after:
         raise ValueError(f"no sample at or after the warm-up ({warmup_s:g} s)")
     ref = after[0]
-    window = [s for s in samples if warmup_s - LEVEL_WINDOW_S <= s.t < warmup_s] + [ref]
     names = sorted({n for s in after for n in s.rss_mb})
     out: dict[str, dict[str, Any]] = {}
     for name in names:
@@ -130,8 +125,6 @@ def rss_flat(samples: Sequence[Sample], warmup_s: float, tolerance: float) -> di
             out[name] = {"flat": False, "note": "appeared after the warm-up"}
             continue
         pid = ref.pids[name]
-        band = [s.rss_mb[name] for s in window if name in s.rss_mb and s.pids.get(name) == pid]
-        base = (min(band) + max(band)) / 2
         values = [s.rss_mb.get(name) for s in after]
         note = ""
         if any(v is None for v in values):
@@ -139,9 +132,11 @@ def rss_flat(samples: Sequence[Sample], warmup_s: float, tolerance: float) -> di
         elif any(s.pids[name] != pid for s in after):
             note = "replaced by another process"
         seen = [v for v in values if v is not None]
-        deviation = max(abs(v - base) for v in seen) / base if base else math.inf
+        level = (min(seen) + max(seen)) / 2
+        deviation = (max(seen) - level) / level if level else math.inf
         out[name] = {
-            "at_warmup_mb": base,
+            "at_warmup_mb": ref.rss_mb[name],
+            "level_mb": level,
             "min_mb": min(seen),
             "max_mb": max(seen),
             "last_mb": seen[-1],
@@ -320,15 +315,16 @@ def print_report(r: dict, out) -> None:
             f"{row['n']:>9,}  {rss}"
         )
     lines.append(
-        f"  RSS after the {r['warmup_s']:g} s warm-up, within ±{r['tolerance_pct']:g} % of its "
-        f"level then: {'FLAT' if r['flat'] else 'NOT FLAT'}"
+        f"  RSS after the {r['warmup_s']:g} s warm-up, within ±{r['tolerance_pct']:g} % of one "
+        f"level: {'FLAT' if r['flat'] else 'NOT FLAT'}"
     )
     for name, p in r["rss"]["processes"].items():
         if "at_warmup_mb" in p:
             lines.append(
-                f"    {name:14s} {p['at_warmup_mb']:8,.0f} MB level at the warm-up's end, "
-                f"{p['min_mb']:,.0f}..{p['max_mb']:,.0f} after, {p['last_mb']:,.0f} last "
-                f"({p['deviation_pct']:+.1f} % at most){' ' + p['note'] if p['note'] else ''}"
+                f"    {name:14s} {p['at_warmup_mb']:8,.0f} MB at the warm-up's end, "
+                f"{p['min_mb']:,.0f}..{p['max_mb']:,.0f} after, {p['last_mb']:,.0f} last: "
+                f"{p['level_mb']:,.0f} ±{p['deviation_pct']:.1f} %"
+                f"{' ' + p['note'] if p['note'] else ''}"
                 f"{'' if p['flat'] else '  NOT FLAT'}"
             )
         else:
