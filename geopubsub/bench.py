@@ -1,7 +1,9 @@
 """``geopubsub bench``: benchmarks as commands (never timed tests).
 
 * ``bench match``    build an index over a subscription file and match a message file;
-                     the brute-force baseline runs beside it on a sample, with both hit counts.
+                     the brute-force baseline runs beside it on a sample, with both hit counts;
+                     beside the AP-Tree, the keyword-first inverted list (``shard.invlist``)
+                     matches every message in the same run.
 * ``bench update``   subscribe / unsubscribe throughput on a built tree.
 * ``bench maintain`` the paper's Fig. 17 case: build on a share, insert the rest, compare
                      matching speed with a fresh build.
@@ -31,6 +33,7 @@ from pathlib import Path
 from shard.aptree import APTree
 from shard.brute import BruteMatcher
 from shard.errors import ValidationError
+from shard.invlist import InvertedList
 from shard.model import Message, Subscription
 from shard.workload import read_messages, read_subscriptions
 
@@ -45,14 +48,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     m = kinds.add_parser("match", help="build an index and match every message")
     _common(m)
     m.add_argument("--msgs", required=True, type=Path, help="messages, JSON Lines")
-    m.add_argument("--index", choices=["aptree", "brute"], default="aptree")
+    m.add_argument("--index", choices=["aptree", "invlist", "brute"], default="aptree")
     m.add_argument("--out", type=Path, help="write msg_id<TAB>sub_id per match")
     m.add_argument("--sample", type=int, default=0, help="match only the first N messages (0: all)")
     m.add_argument(
         "--baseline-sample",
         type=int,
         default=200,
-        help="with --index aptree, also run brute force on the first N messages (0: skip)",
+        help="with --index aptree or invlist, also run brute force on the first N messages "
+        "(0: skip)",
+    )
+    m.add_argument(
+        "--invlist-baseline",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="with --index aptree, also build the keyword-first inverted list over the same "
+        "subscriptions and match every message with it, in the same run",
     )
     m.add_argument("--repeat", type=int, default=1, help="build and match N times; report medians")
     m.add_argument(
@@ -196,6 +207,9 @@ def _warm_up() -> None:
     )
     t.subscribe(Subscription("x", (("a",),), Rect(0, 0, 1, 1)))
     t.unsubscribe("x")
+    InvertedList.from_store(t.store).match_batch(
+        [Message("m", ("a", "b1"), Point(0.5, 0.5)), Message("n", ("a",), Rect(0, 0, 3, 3))]
+    )
 
 
 def _warm_up_moving() -> None:
@@ -250,20 +264,23 @@ def run_match(args) -> int:
         raise ValidationError("--repeat", args.repeat, "must be >= 1")
     builds: list[float] = []
     matches: list[float] = []
-    if args.index == "aptree":
-        tree = APTree(**_tree_options(args))
-        tree.store.add_bulk(_read_subs(args, errors))
+    index: APTree | InvertedList | BruteMatcher
+    if args.index in ("aptree", "invlist"):
+        index = APTree(**_tree_options(args)) if args.index == "aptree" else InvertedList()
+        index.store.add_bulk(_read_subs(args, errors))
         load_s = time.perf_counter() - t0
-        _log(args, f"loaded {len(tree):,} subscriptions, {len(msgs):,} messages in {load_s:.1f} s")
-        index = tree
+        _log(args, f"loaded {len(index):,} subscriptions, {len(msgs):,} messages in {load_s:.1f} s")
         for run in range(args.repeat):
             t1 = time.perf_counter()
-            tree.rebuild(message_sample=sample_msgs)
+            if isinstance(index, APTree):
+                index.rebuild(message_sample=sample_msgs)
+            else:
+                index.rebuild()
             builds.append(time.perf_counter() - t1)
-            _log(args, f"run {run + 1}: built in {builds[-1]:.2f} s; matching")
+            _log(args, f"run {run + 1}: built {args.index} in {builds[-1]:.2f} s; matching")
             match_s, result = _match_all(index, msgs, args)
             matches.append(match_s)
-        n_subs = len(tree)
+        n_subs = len(index)
     else:
         index = BruteMatcher(_read_subs(args, errors))
         load_s = time.perf_counter() - t0
@@ -304,8 +321,11 @@ def run_match(args) -> int:
         "build_s_runs": [round(b, 3) for b in builds],
         "match_s_runs": [round(m, 4) for m in matches],
     }
-    if args.index == "aptree" and args.baseline_sample > 0 and msgs:
-        report["baseline"] = _baseline(args, index, msgs[: args.baseline_sample], report)
+    invlist = None
+    if isinstance(index, APTree) and args.invlist_baseline:
+        report["invlist"], invlist = _invlist_beside(args, index, msgs, report, result)
+    if args.index != "brute" and args.baseline_sample > 0 and msgs:
+        report["baseline"] = _baseline(args, index, msgs[: args.baseline_sample], report, invlist)
     if args.json:
         print(json.dumps(report))
     else:
@@ -313,25 +333,69 @@ def run_match(args) -> int:
     return 0
 
 
-def _baseline(args, tree: APTree, msgs: list[Message], report: dict) -> dict:
-    """Brute force on a sample in the same run, with hit counts of both on that sample."""
+def _invlist_beside(
+    args, tree: APTree, msgs: list[Message], report: dict, tree_result
+) -> tuple[dict, InvertedList]:
+    """The keyword-first inverted list over the tree's own store (no second load), built and
+    matched on every message ``--repeat`` times in the same run; medians, pair counts of both
+    (and, with ``--out``, whether the pairs themselves are identical)."""
+    builds: list[float] = []
+    matches: list[float] = []
+    for run in range(args.repeat):
+        t0 = time.perf_counter()
+        invlist = InvertedList.from_store(tree.store)
+        builds.append(time.perf_counter() - t0)
+        _log(args, f"inverted list run {run + 1}: built in {builds[-1]:.2f} s; matching")
+        match_s, result = _match_all(invlist, msgs, args)
+        matches.append(match_s)
+    match_s = statistics.median(matches)
+    us = match_s / max(len(msgs), 1) * 1e6
+    pairs = len(result) if isinstance(result, list) else result
+    out = {
+        "build_s": round(statistics.median(builds), 3),
+        "match_s": round(match_s, 4),
+        "us_per_msg": round(us, 2),
+        "pairs": pairs,
+        "aptree_pairs": report["pairs"],
+        "aptree_speedup": round(us / report["us_per_msg"], 2) if report["us_per_msg"] else None,
+        "match_s_runs": [round(m, 4) for m in matches],
+        "stats": invlist.stats(),
+    }
+    if isinstance(result, list):
+        out["identical"] = sorted(result) == sorted(tree_result)
+    return out, invlist
+
+
+def _baseline(
+    args, index, msgs: list[Message], report: dict, invlist: InvertedList | None = None
+) -> dict:
+    """Brute force on a sample in the same run, with hit counts of each index on that sample
+    (the inverted list's too when it ran beside the AP-Tree)."""
     _log(args, f"brute-force baseline on {len(msgs)} messages")
     brute = BruteMatcher(_read_subs(args, []))
     brute._refresh()
     t0 = time.perf_counter()
     expected = brute.match_batch(msgs)
     brute_s = time.perf_counter() - t0
-    got = tree.match_batch(msgs)
-    agree = all(sorted(a) == sorted(b) for a, b in zip(expected, got, strict=True))
+    results = {args.index: index.match_batch(msgs)}
+    if invlist is not None:
+        results["invlist"] = invlist.match_batch(msgs)
+    agree = all(
+        sorted(a) == sorted(b)
+        for got in results.values()
+        for a, b in zip(expected, got, strict=True)
+    )
     brute_us = brute_s / len(msgs) * 1e6
-    return {
+    out = {
         "n_msgs": len(msgs),
         "brute_us_per_msg": round(brute_us, 1),
         "brute_pairs": sum(map(len, expected)),
-        "aptree_pairs": sum(map(len, got)),
-        "identical": agree,
-        "speedup": round(brute_us / report["us_per_msg"], 1) if report["us_per_msg"] else None,
     }
+    for name, got in results.items():
+        out[f"{name}_pairs"] = sum(map(len, got))
+    out["identical"] = agree
+    out["speedup"] = round(brute_us / report["us_per_msg"], 1) if report["us_per_msg"] else None
+    return out
 
 
 def _print_summary(r: dict) -> None:
@@ -344,11 +408,24 @@ def _print_summary(r: dict) -> None:
         f"match          {r['match_s']:.3f} s   {r['us_per_msg']:.1f} us/msg   {r['msgs_per_s'] or 0:,.0f} msgs/s"
     )
     print(f"matches        {r['pairs']:,} pairs")
+    name = {"aptree": "AP-Tree", "invlist": "inverted list"}.get(r["index"], r["index"])
+    if "invlist" in r:
+        v = r["invlist"]
+        same = {True: ", identical", False: ", DIFFERENT"}.get(v.get("identical"), "")
+        x = v["aptree_speedup"] or 0.0
+        ratio = f"{x}x faster" if x >= 1 or not x else f"{1 / x:.2f}x slower"
+        print(
+            f"inverted list  {v['us_per_msg']:.1f} us/msg on all {r['n_msgs']:,} msgs (built in {v['build_s']:.2f} s) -> "
+            f"AP-Tree is {ratio}; pairs {v['pairs']:,} / aptree {v['aptree_pairs']:,}{same}"
+        )
     if "baseline" in r:
         b = r["baseline"]
+        counts = " / ".join(
+            f"{k.removesuffix('_pairs')} {v}" for k, v in b.items() if k.endswith("_pairs")
+        )
         print(
-            f"brute force    {b['brute_us_per_msg']:,.0f} us/msg on {b['n_msgs']} msgs -> AP-Tree is {b['speedup']}x faster; "
-            f"pairs brute {b['brute_pairs']} / aptree {b['aptree_pairs']} ({'identical' if b['identical'] else 'DIFFERENT'})"
+            f"brute force    {b['brute_us_per_msg']:,.0f} us/msg on {b['n_msgs']} msgs -> {name} is {b['speedup']}x faster; "
+            f"pairs {counts} ({'identical' if b['identical'] else 'DIFFERENT'})"
         )
     print(f"peak RSS       {r['peak_rss_mb']:,.0f} MB")
 
