@@ -95,6 +95,18 @@ def region_hits_rect(kind: int, bbox, circle, q) -> bool:
     return haversine_m(circle[0], circle[1], nx, ny) <= circle[2]
 
 
+@njit(cache=True)
+def exact_hit(kind: int, bbox, circle, is_point: bool, x: float, y: float, q) -> bool:
+    """After the box test has passed: whether a subscription region holds the point message
+    (``x``, ``y``) or meets the region message's rectangle ``q``, exactly (only a circle needs
+    more than its box)."""
+    if kind != KIND_CIRCLE:
+        return True
+    if is_point:
+        return haversine_m(circle[0], circle[1], x, y) <= circle[2]
+    return region_hits_rect(kind, bbox, circle, q)
+
+
 def region_columns(
     region,
 ) -> tuple[int, tuple[float, float, float, float], tuple[float, float, float]]:

@@ -31,9 +31,10 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 from numba import njit
 
+from shard.aptree.match import all_stamped, grown
 from shard.aptree.store import SubscriptionStore
 from shard.aptree.tree import EncodedMessages, encode_messages
-from shard.geometry import KIND_CIRCLE, haversine_m, region_hits_rect
+from shard.geometry import exact_hit
 from shard.model import Message, Subscription
 
 
@@ -122,34 +123,18 @@ def match_postings(
                 s = p_sub[p]
                 if SM[s] == stamp:
                     continue
-                ok = True
-                for j in range(p_toff[p], p_toff[p + 1]):
-                    if TM[p_terms[j]] != stamp:
-                        ok = False
-                        break
-                if not ok:
+                if not all_stamped(TM, p_terms, p_toff[p], p_toff[p + 1], stamp):
                     continue
-                if kind[s] == KIND_CIRCLE:
-                    if is_point:
-                        if haversine_m(circ[s, 0], circ[s, 1], gx0, gy0) > circ[s, 2]:
-                            continue
-                    elif not region_hits_rect(kind[s], p_box[p], circ[s], m_geom[q]):
-                        continue
+                if not exact_hit(kind[s], p_box[p], circ[s], is_point, gx0, gy0, m_geom[q]):
+                    continue
                 SM[s] = stamp
                 if nout == out_m.shape[0]:
-                    out_m = _grown(out_m, nout)
-                    out_s = _grown(out_s, nout)
+                    out_m = grown(out_m, nout)
+                    out_s = grown(out_s, nout)
                 out_m[nout] = q
                 out_s[nout] = s
                 nout += 1
     return out_m[:nout].copy(), out_s[:nout].copy(), stamp
-
-
-@njit(cache=True)
-def _grown(a, n):
-    b = np.empty(2 * n, a.dtype)
-    b[:n] = a[:n]
-    return b
 
 
 class InvertedList:

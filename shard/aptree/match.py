@@ -30,7 +30,7 @@ from shard.aptree.layout import (
     LEAF,
 )
 from shard.aptree.partition import cell_of, cell_range
-from shard.geometry import haversine_m, region_hits_rect
+from shard.geometry import exact_hit
 
 
 @njit(cache=True)
@@ -45,6 +45,16 @@ def _push(stack_n, stack_e, top, node, eta):
     stack_n[top] = node
     stack_e[top] = eta
     return stack_n, stack_e, top + 1
+
+
+@njit(cache=True)
+def all_stamped(TM, terms, a, b, stamp) -> bool:
+    """Whether every term of ``terms[a:b]`` carries the message's ``stamp`` in ``TM`` (is
+    among the message's terms)."""
+    for j in range(a, b):  # noqa: SIM110 (a loop: numba compiles no generator into all())
+        if TM[terms[j]] != stamp:
+            return False
+    return True
 
 
 @njit(cache=True)
@@ -169,19 +179,10 @@ def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start,
                         continue
                     if gx1 < bbox[s, 0] or gx0 > bbox[s, 2] or gy1 < bbox[s, 1] or gy0 > bbox[s, 3]:
                         continue
-                    ok = True
-                    for j in range(cl_off[c], cl_off[c] + cl_len[c]):
-                        if TM[terms[j]] != stamp:
-                            ok = False
-                            break
-                    if not ok:
+                    if not all_stamped(TM, terms, cl_off[c], cl_off[c] + cl_len[c], stamp):
                         continue
-                    if kind[s] == 1:
-                        if is_point:
-                            if haversine_m(circ[s, 0], circ[s, 1], gx0, gy0) > circ[s, 2]:
-                                continue
-                        elif not region_hits_rect(kind[s], bbox[s], circ[s], m_geom[q]):
-                            continue
+                    if not exact_hit(kind[s], bbox[s], circ[s], is_point, gx0, gy0, m_geom[q]):
+                        continue
                     SM[s] = stamp
                     if nout == out_m.shape[0]:
                         out_m = grown(out_m, nout)
