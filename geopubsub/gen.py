@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from geopubsub.gen_places import dnf_text, generate_places
 from shard.errors import ValidationError
 from shard.limits import EARTH_RADIUS_M, MAX_RADIUS_M
 
@@ -120,18 +121,6 @@ class WorkloadModel:
             row = list(dict.fromkeys(draws[i].tolist()))[: counts[i]]
             out.append(row)
         return out
-
-
-def _dnf_text(rng: np.random.Generator, terms: list[str]) -> str:
-    """Paper Sect. 5.1.1: split the terms in two groups by a random AND/OR between neighbours;
-    each group becomes an OR- or AND-clause; groups are joined by AND."""
-    cut = int(rng.integers(1, len(terms)))
-    groups = [terms[:cut], terms[cut:]]
-    parts = []
-    for g in groups:
-        op = " OR " if rng.random() < 0.5 else " AND "
-        parts.append(f"({op.join(g)})" if len(g) > 1 else g[0])
-    return " AND ".join(parts)
 
 
 def generate(
@@ -243,7 +232,7 @@ def generate(
                 ]
                 d = {"id": f"s{start + i}"}
                 if kind[i, 0] < dnf_share and len(chosen) >= 2:
-                    d["expr"] = _dnf_text(rng, chosen)
+                    d["expr"] = dnf_text(rng, chosen)
                     counts["dnf"] += 1
                 else:
                     d["keywords"] = chosen
@@ -339,6 +328,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--msgs", type=int, help="messages (with --moving: steps x --msgs-per-step)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--text",
+        choices=("synthetic", "places"),
+        default="synthetic",
+        help="synthetic: the Zipf model below; places: real place names (GeoNames, "
+        "geopubsub/gen_places.py; --vocab, --zipf, --clusters, --msg-terms, --stopwords, "
+        "--space do not apply)",
+    )
     p.add_argument("--vocab", type=int, default=200_000)
     p.add_argument("--zipf", type=float, default=1.0)
     p.add_argument("--clusters", type=int, default=200)
@@ -379,24 +376,43 @@ def run(args) -> int:
             args.msgs = args.steps * args.msgs_per_step
     elif args.msgs is None:
         raise ValidationError("--msgs", None, "is required (or give --moving)")
-    summary = generate(
-        args.subs,
-        args.msgs,
-        args.out,
-        seed=args.seed,
-        vocab=args.vocab,
-        zipf=args.zipf,
-        clusters=args.clusters,
-        dnf_share=args.dnf_share,
-        circle_share=args.circle_share,
-        region_msg_share=args.region_msg_share,
-        moving_share=args.moving_share,
-        msg_terms=args.msg_terms,
-        stopwords=args.stopwords,
-        min_area=args.min_area,
-        max_area=args.max_area,
-        space=args.space,
-    )
+    if args.text == "places":
+        _check_args(
+            args.subs, args.msgs, 0, 1, 1.0, 1, args.dnf_share, args.circle_share,
+            args.region_msg_share, args.moving_share, 1.0, args.min_area, args.max_area,
+            (-180.0, -90.0, 180.0, 90.0),
+        )  # fmt: skip
+        summary = generate_places(
+            args.subs,
+            args.msgs,
+            args.out,
+            seed=args.seed,
+            dnf_share=args.dnf_share,
+            circle_share=args.circle_share,
+            region_msg_share=args.region_msg_share,
+            moving_share=args.moving_share,
+            min_area=args.min_area,
+            max_area=args.max_area,
+        )
+    else:
+        summary = generate(
+            args.subs,
+            args.msgs,
+            args.out,
+            seed=args.seed,
+            vocab=args.vocab,
+            zipf=args.zipf,
+            clusters=args.clusters,
+            dnf_share=args.dnf_share,
+            circle_share=args.circle_share,
+            region_msg_share=args.region_msg_share,
+            moving_share=args.moving_share,
+            msg_terms=args.msg_terms,
+            stopwords=args.stopwords,
+            min_area=args.min_area,
+            max_area=args.max_area,
+            space=args.space,
+        )
     dt = time.perf_counter() - t0
     print(
         f"wrote {summary['subs']:,} subscriptions ({summary['dnf']:,} DNF, {summary['circle']:,} circles, "
