@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from shard.aptree import APTree
+from shard.aptree.tree import KEYWORD_ORDERS
 from shard.brute import BruteMatcher
 from shard.errors import ValidationError
 from shard.invlist import InvertedList
@@ -137,6 +138,18 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fanout", type=int, default=None)
     p.add_argument("--theta-p", type=int, default=None)
     p.add_argument("--keyword-partition", choices=["heuristic", "optimal"], default="heuristic")
+    p.add_argument(
+        "--keyword-fanout",
+        type=int,
+        default=None,
+        help="cuts per k-node at most (0: one per keyword, the default; the paper: --fanout)",
+    )
+    p.add_argument(
+        "--keyword-order",
+        choices=KEYWORD_ORDERS,
+        default=None,
+        help="global keyword order (default rare-first; the paper's: frequency)",
+    )
 
 
 def _tree_options(args) -> dict:
@@ -145,6 +158,10 @@ def _tree_options(args) -> dict:
         opts["fanout"] = args.fanout
     if args.theta_p is not None:
         opts["theta_p"] = args.theta_p
+    if args.keyword_fanout is not None:
+        opts["keyword_fanout"] = args.keyword_fanout
+    if args.keyword_order is not None:
+        opts["keyword_order"] = args.keyword_order
     return opts
 
 

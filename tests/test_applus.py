@@ -64,10 +64,17 @@ class PlusVersusOracle(RuleBasedStateMachine):
         theta_p=st.sampled_from([2, 4, 40]),
         fanout=st.sampled_from([4, 9, 200]),
         dup_limit=st.sampled_from([1, 3, 64]),
+        keyword_fanout=st.sampled_from([0, 4]),
+        keyword_order=st.sampled_from(["rare-first", "frequency"]),
     )
-    def setup(self, theta_p, fanout, dup_limit):
+    def setup(self, theta_p, fanout, dup_limit, keyword_fanout, keyword_order):
         self.tree = APPlusTree(
-            theta_p=theta_p, fanout=fanout, dup_limit=dup_limit, purge_interval=5.0
+            theta_p=theta_p,
+            fanout=fanout,
+            dup_limit=dup_limit,
+            purge_interval=5.0,
+            keyword_fanout=keyword_fanout,
+            keyword_order=keyword_order,
         )
         self.mirror = Mirror()
         self.now = 0.0

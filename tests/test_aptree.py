@@ -10,7 +10,7 @@ import pytest
 from workloads import assert_same_matches, random_message, random_subscription
 
 from shard.aptree import APTree
-from shard.aptree.layout import F_DUMMY, F_TYPE, KNODE, LEAF, SNODE
+from shard.aptree.layout import F_CHOFF, F_DUMMY, F_NCH, F_TYPE, KNODE, LEAF, SNODE
 from shard.brute import BruteMatcher
 from shard.errors import NotFoundError, ValidationError
 from shard.model import Circle, Message, Point, Rect, Subscription
@@ -46,6 +46,20 @@ def test_keyword_workload_builds_k_node_with_dummy_cut():
     assert st["k_nodes"] >= 2
     got = tree.match(Message("m", ("k7", "z1"), Point(0, 0)))
     assert sorted(got) == sorted(f"s{i}" for i in range(400) if i % 50 == 7 and i % 3 == 1)
+
+
+def test_k_nodes_cut_one_keyword_each_by_default_and_at_most_keyword_fanout_when_bounded():
+    subs = [Subscription(f"s{i}", ((f"k{i % 300}", "z"),), Rect(-1, -1, 1, 1)) for i in range(3000)]
+    for options, one_each in (({}, True), ({"keyword_fanout": 20}, False)):
+        tree = APTree.build(subs, theta_p=8, **options)
+        tree._check()
+        NI, CLO, CHI = tree._tree[0], tree._tree[3], tree._tree[4]
+        assert root_type(tree) == KNODE
+        off, nch = int(NI[0, F_CHOFF]), int(NI[0, F_NCH])
+        singles = all(CLO[off + k] == CHI[off + k] for k in range(nch))
+        assert (nch, singles) == ((300, True) if one_each else (20, False))
+        got = tree.match(Message("m", ("k7", "z"), Point(0, 0)))
+        assert sorted(got) == sorted(f"s{i}" for i in range(3000) if i % 300 == 7)
 
 
 def test_dummy_cut_holds_exhausted_clauses():
@@ -178,6 +192,8 @@ def test_kl_divergence_triggers_reconstruction():
         {"keyword_order": "alphabetical"},
         {"keyword_order": "rare-first"},
         {"keyword_order": ["t39", "t38"]},
+        {"keyword_fanout": 3},
+        {"keyword_fanout": 9, "keyword_order": "frequency"},
         {"max_span": 1},
         {"max_span": 10_000},
     ],
@@ -227,6 +243,9 @@ def test_unknown_message_terms_match_nothing():
         ("keyword_partition", "best"),
         ("keyword_order", "random"),
         ("max_span", 0),
+        ("keyword_fanout", 1),
+        ("keyword_fanout", -1),
+        ("keyword_fanout", 2.5),
     ],
 )
 def test_bad_options_name_the_field(option, value):

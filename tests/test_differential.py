@@ -20,6 +20,8 @@ tree_options = st.fixed_dictionaries(
         "fanout": st.integers(4, 30),
         "keyword_partition": st.sampled_from(["heuristic", "optimal"]),
         "max_span": st.sampled_from([1, 2, 4, 16, 1000]),
+        "keyword_fanout": st.sampled_from([0, 2, 5, 30]),
+        "keyword_order": st.sampled_from(["rare-first", "frequency"]),
     }
 )
 
@@ -39,11 +41,13 @@ class TreeVersusOracle(RuleBasedStateMachine):
     """Random interleavings of subscribe / re-subscribe / unsubscribe / match / rebuild."""
 
     subs = Bundle("subs")
+    options: dict = {"fanout": 6, "keyword_fanout": 6, "keyword_order": "frequency"}
+    """The paper's bounded k-nodes: cuts are keyword intervals that inserts widen."""
 
     def __init__(self) -> None:
         super().__init__()
         self.rng = random.Random(0)
-        self.tree = APTree(theta_p=3, fanout=6)
+        self.tree = APTree(theta_p=3, **self.options)
         self.oracle = BruteMatcher()
         self.next_id = 0
 
@@ -100,6 +104,18 @@ class TreeVersusOracle(RuleBasedStateMachine):
 
 TestTreeVersusOracle = TreeVersusOracle.TestCase
 TestTreeVersusOracle.settings = settings(max_examples=30, stateful_step_count=40, deadline=None)
+
+
+class DefaultTreeVersusOracle(TreeVersusOracle):
+    """The same with the defaults: one cut per keyword, rare-first keyword order."""
+
+    options: dict = {"fanout": 6}
+
+
+TestDefaultTreeVersusOracle = DefaultTreeVersusOracle.TestCase
+TestDefaultTreeVersusOracle.settings = settings(
+    max_examples=30, stateful_step_count=40, deadline=None
+)
 
 
 def test_seeded_stress_dynamic():

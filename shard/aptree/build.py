@@ -46,6 +46,7 @@ from shard.aptree.layout import (
     N_FIELDS,
     P_FANOUT,
     P_KEYWORD_DP,
+    P_KEYWORD_FANOUT,
     P_MAX_DEPTH,
     P_MAX_SPAN,
     P_MOVE_COST,
@@ -258,6 +259,7 @@ def build_subtree(T, S, PW, SPX, SPY, params, root, items):
     plus replication across s-node cells.
     """
     f = int(params[P_FANOUT])
+    kf = int(params[P_KEYWORD_FANOUT])
     theta_p = params[P_THETA_P]
     use_dp = params[P_KEYWORD_DP] > 0.5
     max_depth = params[P_MAX_DEPTH]
@@ -332,10 +334,11 @@ def build_subtree(T, S, PW, SPX, SPY, params, root, items):
                     psum += pw
                 if not absolute and psum > 0.0:
                     P /= psum
+                cuts = m if kf == 0 else kf
                 if use_dp:
-                    starts, cost = keyword_partition_optimal(W, P, f, absolute)
+                    starts, cost = keyword_partition_optimal(W, P, cuts, absolute)
                 else:
-                    starts, cost = keyword_partition_heuristic(W, P, f, absolute)
+                    starts, cost = keyword_partition_heuristic(W, P, cuts, absolute)
                 ck = cost + nd
                 k_nd = nd
                 k_order = order

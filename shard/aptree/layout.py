@@ -75,15 +75,30 @@ P_GAP_TO_DUMMY = 9  # 1.0: an inserted clause whose L-th keyword lies between cu
 # changes after it was stored, so a widened cut would miss the messages stored before.
 P_MOVE_COST = 10  # 1.0: add the moving penalty Cslu + Circ (Eq. 9, 13) to s-node costs
 P_MSG_RATE = 11  # r_m, messages per second (Eq. 7), when P_MOVE_COST is on
-N_PARAMS = 12
+P_KEYWORD_FANOUT = 12  # cuts per k-node at most; 0: one cut per distinct keyword
+N_PARAMS = 13
 
 MOVE_SIM_STEPS = 32
 """T_max of Alg. 8: update intervals simulated ahead when estimating TΔ."""
 
 # ---- defaults ---------------------------------------------------------------------------
 DEFAULT_FANOUT = 200
-"""f, cuts per k-node and cells per s-node (s-nodes use a floor(sqrt f) square grid).
-The paper's tuned value (Sect. 5.1.2, Fig. 10a)."""
+"""f, cells per s-node (s-nodes use a floor(sqrt f) square grid), and cuts per k-node when
+``keyword_fanout`` is set to it. The paper's tuned value (Sect. 5.1.2, Fig. 10a)."""
+
+DEFAULT_KEYWORD_FANOUT = 0
+"""Cuts per k-node at most; 0 (the default): unbounded, one cut per distinct keyword, which
+Eq. 1 always prefers (a cut's cost w(B) p(B) only falls when it is split). The paper bounds both
+kinds of node by f; bounded k-nodes put the clauses of many keywords behind one cut, and every
+message term that falls in the cut's interval then visits them. Measured in docs/BENCHMARKS.md
+([2.2]): at 1M subscriptions the kernel took 2.9x less time on real place names, 1.6x less on
+a Zipf workload, 1.2x less on the default one."""
+
+DEFAULT_KEYWORD_ORDER = "rare-first"
+"""The global keyword order (k-nodes partition on a clause's l-th keyword in it): increasing
+frequency, so that the first partition files each clause under its rarest keyword, as the
+keyword-first inverted list does. The paper's default is decreasing frequency (Sect. 5.1.1),
+which files a clause under its commonest keyword; measured in docs/BENCHMARKS.md ([2.2])."""
 
 DEFAULT_THETA_P = 40
 """θp, a node with fewer subscriptions is a leaf. The paper's value (Sect. 5.1.2, Fig. 10b)."""

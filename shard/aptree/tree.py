@@ -25,6 +25,8 @@ from shard.aptree.layout import (
     C_REBUILDS,
     C_ROOT,
     DEFAULT_FANOUT,
+    DEFAULT_KEYWORD_FANOUT,
+    DEFAULT_KEYWORD_ORDER,
     DEFAULT_KL_CHECK_FRACTION,
     DEFAULT_KL_MIN_FRACTION,
     DEFAULT_MAX_DEPTH,
@@ -38,6 +40,7 @@ from shard.aptree.layout import (
     N_PARAMS,
     P_FANOUT,
     P_KEYWORD_DP,
+    P_KEYWORD_FANOUT,
     P_KL_CHECK_FRACTION,
     P_KL_MIN_SIZE,
     P_MAX_DEPTH,
@@ -88,12 +91,17 @@ class APTree:
         theta_kl: float = DEFAULT_THETA_KL,
         kl_min_fraction: float = DEFAULT_KL_MIN_FRACTION,
         keyword_partition: str = "heuristic",
-        keyword_order: str | Sequence[str] = "frequency",
+        keyword_order: str | Sequence[str] = DEFAULT_KEYWORD_ORDER,
+        keyword_fanout: int = DEFAULT_KEYWORD_FANOUT,
         max_depth: int = DEFAULT_MAX_DEPTH,
         max_span: int = DEFAULT_MAX_SPAN,
     ) -> None:
         if not isinstance(fanout, int) or fanout < 4:
             raise ValidationError("fanout", fanout, "must be an integer >= 4")
+        if not isinstance(keyword_fanout, int) or not (keyword_fanout == 0 or keyword_fanout >= 2):
+            raise ValidationError(
+                "keyword_fanout", keyword_fanout, "must be 0 (unbounded) or an integer >= 2"
+            )
         if not isinstance(max_span, int) or max_span < 1:
             raise ValidationError("max_span", max_span, "must be an integer >= 1")
         if not isinstance(theta_p, int) or theta_p < 1:
@@ -119,6 +127,7 @@ class APTree:
         self.store = SubscriptionStore()
         self._params = np.zeros(N_PARAMS)
         self._params[P_FANOUT] = fanout
+        self._params[P_KEYWORD_FANOUT] = keyword_fanout
         self._params[P_THETA_P] = theta_p
         self._params[P_THETA_KL] = theta_kl
         self._params[P_KEYWORD_DP] = 1.0 if keyword_partition == "optimal" else 0.0
