@@ -40,6 +40,16 @@ from shard.aptree.layout import (
     F_WD_OLD,
     FREED,
     KNODE,
+    LB_INLINE_TERMS,
+    LB_WIDTH,
+    LB_X0,
+    LB_X1,
+    LB_Y0,
+    LB_Y1,
+    LBI_KIND,
+    LBI_NT,
+    LBI_SLOT,
+    LBI_T,
     LEAF,
     MOVE_SIM_STEPS,
     N_COUNTERS,
@@ -85,7 +95,7 @@ def new_tree(node_cap: int = 1024, ch_cap: int = 4096, li_cap: int = 4096):
     LI = np.full(li_cap, -1, np.int32)
     FREE = np.zeros(64, np.int32)
     CNT = np.zeros(N_COUNTERS, np.int64)
-    LB = np.zeros((li_cap, 4), np.float32)
+    LB = np.zeros((li_cap, LB_WIDTH), np.float64)
     T = (NI, NF, CH, CLO, CHI, WOLD, WCUR, BND, LI, FREE, CNT, LB)
     root = 0
     CNT[C_NODES] = 1
@@ -153,7 +163,7 @@ def ensure_li(T, extra):
         return T
     L2 = np.full(max(need, 2 * LI.shape[0]), -1, np.int32)
     L2[: LI.shape[0]] = LI
-    B2 = np.zeros((L2.shape[0], 4), np.float32)
+    B2 = np.zeros((L2.shape[0], LB_WIDTH), np.float64)
     B2[: LI.shape[0]] = T[11]
     return (T[0], T[1], T[2], T[3], T[4], T[5], T[6], T[7], L2, T[9], T[10], B2)
 
@@ -194,33 +204,52 @@ def init_node(T, nid, parent, l, kp, sp, depth, x0, y0, x1, y1):
     NF[nid, 3] = y1
 
 
-LB_MARGIN = 1e-4
-"""Degrees by which the float32 copy of a box in a leaf (``LB``) is widened: float32 keeps about 7
-digits (1.5e-5 degrees at 180), so the copy always contains the float64 box it stands for."""
+@njit(cache=True)
+def set_leaf_entry(LB, k, S, c):
+    """Write leaf slot ``k``'s record for clause ``c`` (the ``LB_*`` / ``LBI_*`` columns)."""
+    s = S[3][c]
+    bbox = S[1]
+    LB[k, LB_X0] = bbox[s, 0]
+    LB[k, LB_Y0] = bbox[s, 1]
+    LB[k, LB_X1] = bbox[s, 2]
+    LB[k, LB_Y1] = bbox[s, 3]
+    LBI = LB.view(np.int32)
+    LBI[k, LBI_SLOT] = s
+    LBI[k, LBI_KIND] = S[0][s]
+    a = S[4][c]
+    n = S[5][c]
+    LBI[k, LBI_NT] = n
+    for j in range(min(n, LB_INLINE_TERMS)):
+        LBI[k, LBI_T + j] = S[6][a + j]
 
 
 @njit(cache=True)
-def set_leaf_box(LB, k, bbox, s):
-    """Store the widened float32 box of subscription s at leaf slot k (a prefilter for matching)."""
-    LB[k, 0] = np.float32(bbox[s, 0] - LB_MARGIN)
-    LB[k, 1] = np.float32(bbox[s, 1] - LB_MARGIN)
-    LB[k, 2] = np.float32(bbox[s, 2] + LB_MARGIN)
-    LB[k, 3] = np.float32(bbox[s, 3] + LB_MARGIN)
+def refresh_leaf_entries(T, S):
+    """Rewrite the record of every used leaf slot from the store (after the store renumbered
+    its slots and clause rows). O(pool)."""
+    LI = T[8]
+    for k in range(T[10][C_LI]):
+        if LI[k] >= 0:
+            set_leaf_entry(T[11], k, S, LI[k])
 
 
 @njit(cache=True)
-def make_leaf(T, nid, items, bbox, cl_sub):
-    """Turn ``nid`` into a leaf whose s-list is ``items`` (a fresh LI slice)."""
-    n = items.shape[0]
-    cap = max(MIN_LEAF_CAP, n + n // 2)
+def leaf_cap(n):
+    """Slots a leaf of ``n`` entries gets when it is made or compacted: a quarter more (most
+    leaves are never appended to; one that is doubles, ``maintain._leaf_append``); an empty
+    leaf ``MIN_LEAF_CAP``."""
+    return n + n // 4 if n > 0 else MIN_LEAF_CAP
+
+
+@njit(cache=True)
+def alloc_leaf(T, nid, n):
+    """Turn ``nid`` into a leaf with room for ``n`` entries and more (a fresh LI/LB slice); the
+    caller writes the ``n`` entries."""
+    cap = leaf_cap(n)
     T = ensure_li(T, cap)
     NI = T[0]
-    LI = T[8]
     off = T[10][C_LI]
     T[10][C_LI] += cap
-    LI[off : off + n] = items
-    for i in range(n):
-        set_leaf_box(T[11], off + i, bbox, cl_sub[items[i]])
     NI[nid, F_TYPE] = LEAF
     NI[nid, F_LOFF] = off
     NI[nid, F_LLEN] = n
@@ -229,6 +258,18 @@ def make_leaf(T, nid, items, bbox, cl_sub):
     NI[nid, F_NBUILT] = n
     NI[nid, F_DUMMY] = -1
     NI[nid, F_NCH] = 0
+    return T
+
+
+@njit(cache=True)
+def make_leaf(T, nid, items, S):
+    """Turn ``nid`` into a leaf whose s-list is ``items`` (a fresh LI slice)."""
+    n = items.shape[0]
+    T = alloc_leaf(T, nid, n)
+    off = T[0][nid, F_LOFF]
+    T[8][off : off + n] = items
+    for i in range(n):
+        set_leaf_entry(T[11], off + i, S, items[i])
     return T
 
 
@@ -293,7 +334,7 @@ def build_subtree(T, S, PW, SPX, SPY, params, root, items):
         sp = NI[nid, F_SP] == 1
         depth = NI[nid, F_DEPTH]
         if (not kp and not sp) or n < theta_p or depth >= max_depth:
-            T = make_leaf(T, nid, its, bbox, cl_sub)
+            T = make_leaf(T, nid, its, S)
             continue
 
         # ---- try keyword partition on the l-th keyword --------------------------------
@@ -456,18 +497,18 @@ def build_subtree(T, S, PW, SPX, SPY, params, root, items):
 
         # ---- choose (Alg. 4 lines 9-10, plus: never replicate without a gain) ---------
         if ck == np.inf and cs == np.inf:
-            T = make_leaf(T, nid, its, bbox, cl_sub)
+            T = make_leaf(T, nid, its, S)
             continue
         if cs < ck:
             if cs >= n:
-                T = make_leaf(T, nid, its, bbox, cl_sub)
+                T = make_leaf(T, nid, its, S)
                 continue
             T = _make_snode(
                 T, S, nid, its, s_bx, s_by, s_isd, s_nd, s_counts, stack_node, stack_items
             )
         else:
             if ck > n:
-                T = make_leaf(T, nid, its, bbox, cl_sub)
+                T = make_leaf(T, nid, its, S)
                 continue
             T = _make_knode(
                 T,
@@ -711,7 +752,7 @@ def compact(T):
     for u in range(n_nodes):
         t = NI[u, F_TYPE]
         if t == LEAF:
-            n_li += max(MIN_LEAF_CAP, NI[u, F_LLEN] + NI[u, F_LLEN] // 2)
+            n_li += leaf_cap(NI[u, F_LLEN])
         elif t != FREED:
             n_ch += NI[u, F_NCH]
             if t == SNODE:
@@ -723,7 +764,7 @@ def compact(T):
     WCUR = np.zeros(CH.shape[0], np.float64)
     BND = np.zeros(max(n_b, 16), np.float64)
     LI = np.full(max(n_li, 16), -1, np.int32)
-    LB = np.zeros((LI.shape[0], 4), np.float32)
+    LB = np.zeros((LI.shape[0], LB_WIDTH), np.float64)
     pc = 0
     pb = 0
     pl = 0
@@ -731,7 +772,7 @@ def compact(T):
         t = NI[u, F_TYPE]
         if t == LEAF:
             n = NI[u, F_LLEN]
-            cap = max(MIN_LEAF_CAP, n + n // 2)
+            cap = leaf_cap(n)
             o = NI[u, F_LOFF]
             LI[pl : pl + n] = T[8][o : o + n]
             LB[pl : pl + n] = T[11][o : o + n]

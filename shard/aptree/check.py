@@ -32,6 +32,8 @@ from shard.aptree.layout import (
     F_WD_CUR,
     FREED,
     KNODE,
+    LB_INLINE_TERMS,
+    LBI_SLOT,
     LEAF,
     P_GAP_TO_DUMMY,
     P_MAX_SPAN,
@@ -107,15 +109,14 @@ def check_tree(tree: APTree) -> None:
                     f"dead clause {c}; {_dump(T, u)}"
                 )
                 s = cl_sub[c]
-                lb = LB[off + i]
-                inside = (
-                    lb[0] <= bbox[s, 0]
-                    and lb[1] <= bbox[s, 1]
-                    and lb[2] >= bbox[s, 2]
-                    and lb[3] >= bbox[s, 3]
-                )
-                assert inside, (
-                    f"leaf box copy of clause {c} does not contain its box; {_dump(T, u)}"
+                a, k = int(store.cl_off[c]), int(store.cl_len[c])
+                want = [*bbox[s].tolist(), s, int(store.kind[s]), k]
+                want += store.terms[a : a + min(k, LB_INLINE_TERMS)].tolist()
+                rec = LB[off + i]
+                ints = rec.view(np.int32)[LBI_SLOT : LBI_SLOT + len(want) - 4].tolist()
+                got = [*rec[:4].tolist(), *ints]
+                assert got == want, (
+                    f"leaf record of clause {c} is {got}, the store says {want}; {_dump(T, u)}"
                 )
             below[u] = set(items)
             entries[u] = n

@@ -9,7 +9,9 @@ walk and mutate it without Python objects per node:
   all four aligned with ``CH``;
 * ``BND`` the s-node grid boundaries (``NX + 1`` x values then ``NY + 1`` y values);
 * ``LI`` the s-lists of the leaves (clause ids), each leaf a ``[LOFF, LOFF + LCAP)`` slice;
-* ``LB`` a widened float32 copy of each leaf entry's box, aligned with ``LI`` (match prefilter);
+* ``LB`` each leaf entry's record, aligned with ``LI``: the clause's exact box, its subscription
+  slot, region kind and terms (the ``LB_*`` columns below), so that verifying an entry reads
+  its leaf's slice and not the subscription store (float64: boxes exact, ids exact below 2^53);
 * ``FREE`` recycled node ids; ``CNT`` counters (below).
 """
 
@@ -43,6 +45,17 @@ F_NUPD = 17  # updates routed through the node since its last KL check
 F_DEPTH = 18
 F_NBUILT = 19  # F_SIZE when the node was (re)built
 N_FIELDS = 20
+
+# ---- LB: one leaf entry's record --------------------------------------------------------
+# LB is float64 [slots, LB_WIDTH]: columns 0-3 the clause's exact box; the rest is read as int32
+# through ``LB.view(np.int32)`` (twice as many columns), from int32 column LBI_SLOT on.
+LB_X0, LB_Y0, LB_X1, LB_Y1 = 0, 1, 2, 3  # the clause's box (its subscription's region box)
+LB_WIDTH = 8
+LBI_SLOT = 8  # the subscription's slot in the store
+LBI_KIND = 9  # its region kind (shard.geometry.KIND_*)
+LBI_NT = 10  # the clause's number of terms
+LBI_T = 11  # its first term id; LB_INLINE_TERMS of them (a longer clause: the store's)
+LB_INLINE_TERMS = 2 * LB_WIDTH - LBI_T
 
 # ---- tree tuple indices -----------------------------------------------------------------
 T_NI, T_NF, T_CH, T_CLO, T_CHI, T_WOLD, T_WCUR, T_BND, T_LI, T_FREE, T_CNT, T_LB = range(12)

@@ -22,14 +22,14 @@ from numba.typed import List
 
 from shard.aptree.build import (
     MIN_LEAF_CAP,
+    alloc_leaf,
     alloc_node,
     build_subtree,
     collect_and_free,
     ensure_li,
     ensure_nodes,
     init_node,
-    make_leaf,
-    set_leaf_box,
+    set_leaf_entry,
 )
 from shard.aptree.layout import (
     C_GARBAGE,
@@ -101,7 +101,7 @@ def _new_leaf_child(T, parent, l, kp, sp, x0, y0, x1, y1):
     T = ensure_nodes(T, 1)
     child = alloc_node(T)
     init_node(T, child, parent, l, kp, sp, T[0][parent, F_DEPTH] + 1, x0, y0, x1, y1)
-    T = make_leaf(T, child, np.empty(0, np.int32), np.empty((0, 4)), np.empty(0, np.int32))
+    T = alloc_leaf(T, child, 0)
     return T, child
 
 
@@ -134,8 +134,6 @@ def _route(T, S, params, c, delta, todo, touched, created):
 def _route_from(T, S, params, c, delta, todo, touched, created, start, b0, b1, b2, b3):
     """``_route`` from node ``start`` with the region's box given (b0, b1, b2, b3): a move
     removes a clause under the old box while the store holds the new one."""
-    bbox = S[1]
-    s = S[3][c]
     cl_off = S[4]
     cl_len = S[5]
     terms = S[6]
@@ -149,7 +147,7 @@ def _route_from(T, S, params, c, delta, todo, touched, created, start, b0, b1, b
         if typ == LEAF:
             touched.append(u)
             if delta > 0:
-                T = _leaf_append(T, u, c, bbox, s)
+                T = _leaf_append(T, u, c, S)
                 NI = T[0]
                 if (
                     NI[u, F_LLEN] > theta_p
@@ -329,7 +327,7 @@ def _move_route(T, S, params, c, ob, todo, touched_old, touched_new, created):
         if typ == LEAF:
             touched_old.append(u)
             touched_new.append(u)
-            _leaf_set_box(T, u, c, bbox, s)
+            _leaf_set_box(T, u, c, S)
             continue
         off = NI[u, F_CHOFF]
         if typ == KNODE:
@@ -431,19 +429,19 @@ def move_clauses(T, S, params, clauses, ob):
 
 
 @njit(cache=True)
-def _leaf_set_box(T, u, c, bbox, s):
+def _leaf_set_box(T, u, c, S):
     NI = T[0]
     LI = T[8]
     off = NI[u, F_LOFF]
     for i in range(off, off + NI[u, F_LLEN]):
         if LI[i] == c:
-            set_leaf_box(T[11], i, bbox, s)
+            set_leaf_entry(T[11], i, S, c)
             return
     raise AssertionError("clause missing from the leaf it routes to")
 
 
 @njit(cache=True)
-def _leaf_append(T, u, c, bbox, s):
+def _leaf_append(T, u, c, S):
     NI = T[0]
     n = NI[u, F_LLEN]
     if n == NI[u, F_LCAP]:
@@ -460,7 +458,7 @@ def _leaf_append(T, u, c, bbox, s):
         NI[u, F_LOFF] = off
         NI[u, F_LCAP] = cap
     T[8][NI[u, F_LOFF] + n] = c
-    set_leaf_box(T[11], NI[u, F_LOFF] + n, bbox, s)
+    set_leaf_entry(T[11], NI[u, F_LOFF] + n, S, c)
     NI[u, F_LLEN] = n + 1
     return T
 

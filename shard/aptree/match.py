@@ -27,10 +27,15 @@ from shard.aptree.layout import (
     F_NY,
     F_TYPE,
     KNODE,
+    LB_INLINE_TERMS,
+    LBI_KIND,
+    LBI_NT,
+    LBI_SLOT,
+    LBI_T,
     LEAF,
 )
 from shard.aptree.partition import cell_of, cell_range
-from shard.geometry import exact_hit
+from shard.geometry import KIND_CIRCLE, exact_hit
 
 
 @njit(cache=True)
@@ -111,10 +116,9 @@ def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start,
     BND = T[7]
     LI = T[8]
     LB = T[11]
-    kind = S[0]
+    LBI = LB.view(np.int32)
     bbox = S[1]
     circ = S[2]
-    cl_sub = S[3]
     cl_off = S[4]
     cl_len = S[5]
     terms = S[6]
@@ -143,10 +147,6 @@ def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start,
         gy0 = m_geom[q, 1]
         gx1 = m_geom[q, 2]
         gy1 = m_geom[q, 3]
-        fx0 = np.float32(gx0)
-        fy0 = np.float32(gy0)
-        fx1 = np.float32(gx1)
-        fy1 = np.float32(gy1)
         if mlen == 0:
             continue
         top = 0
@@ -169,19 +169,29 @@ def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start,
                 off = NI[u, F_LOFF]
                 verified += NI[u, F_LLEN]
                 for k in range(off, off + NI[u, F_LLEN]):
-                    # the leaf's own float32 copy of the box rejects most entries without
-                    # touching the subscription columns
-                    if fx1 < LB[k, 0] or fx0 > LB[k, 2] or fy1 < LB[k, 1] or fy0 > LB[k, 3]:
+                    # the leaf's own record of each entry (``LB_*``): box, slot, kind, terms;
+                    # only a clause longer than LB_INLINE_TERMS or a circle reads the store
+                    if gx1 < LB[k, 0] or gx0 > LB[k, 2] or gy1 < LB[k, 1] or gy0 > LB[k, 3]:
                         continue
-                    c = LI[k]
-                    s = cl_sub[c]
+                    s = LBI[k, LBI_SLOT]
                     if SM[s] == stamp:
                         continue
-                    if gx1 < bbox[s, 0] or gx0 > bbox[s, 2] or gy1 < bbox[s, 1] or gy0 > bbox[s, 3]:
-                        continue
-                    if not all_stamped(TM, terms, cl_off[c], cl_off[c] + cl_len[c], stamp):
-                        continue
-                    if not exact_hit(kind[s], bbox[s], circ[s], is_point, gx0, gy0, m_geom[q]):
+                    nt = LBI[k, LBI_NT]
+                    if nt <= LB_INLINE_TERMS:
+                        hit = True
+                        for j in range(nt):
+                            if TM[LBI[k, LBI_T + j]] != stamp:
+                                hit = False
+                                break
+                        if not hit:
+                            continue
+                    else:
+                        c = LI[k]
+                        if not all_stamped(TM, terms, cl_off[c], cl_off[c] + cl_len[c], stamp):
+                            continue
+                    if LBI[k, LBI_KIND] == KIND_CIRCLE and not exact_hit(
+                        KIND_CIRCLE, bbox[s], circ[s], is_point, gx0, gy0, m_geom[q]
+                    ):
                         continue
                     SM[s] = stamp
                     if nout == out_m.shape[0]:

@@ -15,7 +15,13 @@ from itertools import repeat
 
 import numpy as np
 
-from shard.aptree.build import build_subtree, compact, init_node, new_tree
+from shard.aptree.build import (
+    build_subtree,
+    compact,
+    init_node,
+    new_tree,
+    refresh_leaf_entries,
+)
 from shard.aptree.layout import (
     C_CH,
     C_FREE,
@@ -209,7 +215,8 @@ class APTree:
 
     def _relayout(self) -> None:
         """Number subscriptions and clauses in the order the leaves hold them (first occurrence),
-        so that a leaf's verifications read neighbouring rows instead of random ones."""
+        so that the store rows a leaf's verifications still read (long clauses, circles, the
+        per-subscription stamp) are neighbours instead of random ones."""
         T, store = self._tree, self.store
         if not len(store):
             return
@@ -219,6 +226,7 @@ class APTree:
         _, first = np.unique(slots, return_index=True)
         new_of_old = store.relayout(slots[np.sort(first)])
         pool[used] = new_of_old[pool[used]]
+        refresh_leaf_entries(T, store.columns())  # the records name slots: renumbered too
 
     def _terms_renumbered(self, new_id: np.ndarray) -> None:
         """Hook: term ids were renumbered (``new_id[old]``); the AP+-Tree rewrites its messages."""
