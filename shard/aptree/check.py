@@ -58,8 +58,8 @@ def check_tree(tree: APTree) -> None:
       every clause below the dummy cut has at most L keywords;
     * s-node boundaries are strictly increasing and span the node region; a clause is below the
       dummy cell iff its region contains the node region, else below exactly the cells it meets;
-    * leaves: no duplicate entry, only live clauses, slices inside the pool, each entry's float32
-      box copy contains the subscription's box;
+    * leaves: no duplicate entry, only live clauses, slices inside the pool, each entry's record
+      (``LB``) equal to what the store says (box, slot, kind, terms);
     * sizes: F_SIZE = entries below; current cut/cell weights = distinct clauses below;
     * every live clause is stored.
     """
