@@ -17,7 +17,6 @@ answers RESOURCE_EXHAUSTED) instead of evicting subscriptions or growing until t
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import time
@@ -44,11 +43,6 @@ STOP_TIMEOUT_S = 30.0
 PORT_ATTEMPTS = 3
 """Starts tried on fresh free ports when another process grabbed the chosen one first."""
 LOG_NAME = "redis.log"
-CHILD_NICE = 19
-"""CPU priority the supervisor gives the server's forked children (AOF rewrites): a rewrite
-writes the whole dataset (~1 GB at 1M subscriptions) for 5-8 s; at normal priority it took one
-of this machine's two cores from the coordinator and the shards, and the soak's p99 of that
-minute rose from ~150 ms to 434 ms. Niced, it runs on what they leave."""
 
 
 def find_redis_server() -> str:
@@ -207,26 +201,6 @@ class RedisServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def lower_children_priority(pid: int, nice: int = CHILD_NICE) -> list[int]:
-    """Give every child process of ``pid`` (the forks of a redis-server: AOF rewrites) at least
-    ``nice``; the pids changed now. Cheap (one /proc read): the supervisor calls it every poll.
-    A child that exits meanwhile, or a system without ``/proc/PID/task/PID/children``, is
-    skipped."""
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        return []
-    changed = []
-    for child in map(int, children):
-        try:
-            if os.getpriority(os.PRIO_PROCESS, child) < nice:
-                os.setpriority(os.PRIO_PROCESS, child, nice)
-                changed.append(child)
-        except OSError:  # gone already
-            continue
-    return changed
 
 
 def stop_redis(

@@ -5,9 +5,6 @@ started again when they die (a crash, ``kill -9``, the OOM killer).
   brings back everything fsynced before the crash (``appendfsync everysec``: at most the last
   second of writes is lost). The coordinator's Redis client reconnects by itself; while Redis is
   away, calls that need it answer UNAVAILABLE and its health says NOT_SERVING.
-* **Redis's forks** (AOF rewrites) get the lowest CPU priority (``CHILD_NICE``) within a poll
-  of their start: a rewrite writes the whole dataset for seconds, and at normal priority it took
-  a core from the coordinator and the shards (docs/RELIABILITY.md, soak-15).
 * **The coordinator** comes back with the same command line and the port it had bound (clients
   keep their address); it rebuilds the shards from Redis as at any start. What was left of the
   dead one's session (its local Ray) is stopped first.
@@ -42,7 +39,7 @@ from typing import TextIO
 from coordinator.settings import Settings
 from deploy import local
 from deploy.processes import UNKNOWN_EXIT, alive, start_time, stop_session
-from deploy.redis_local import RedisServer, lower_children_priority
+from deploy.redis_local import RedisServer
 from shard.errors import GeoPubSubError
 
 RESTART_PAUSE_S = (0.5, 10.0)
@@ -109,8 +106,6 @@ class Supervisor:
             redis_code = c.redis.process.poll()
         if redis_code is not None and not self._restart("redis", _describe_exit(redis_code)):
             return 1
-        if redis_code is None and c.redis is not None and "redis" not in c.gave_up:
-            lower_children_priority(c.redis.pid)
         crashed = code is not None and code not in STOPPED
         if crashed and not self._restart("coordinator", _describe_exit(code)):
             return 1

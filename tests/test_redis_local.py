@@ -3,10 +3,8 @@ without it these tests fail rather than skip)."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
-import time
 
 import pytest
 import redis
@@ -114,28 +112,3 @@ def test_a_port_in_use_is_reported(tmp_path):
         port = taken.getsockname()[1]
         with pytest.raises(UnavailableError, match="Address already in use"):
             RedisServer(tmp_path, port=port).start(timeout_s=10)
-
-
-def test_the_aof_rewrite_child_is_given_the_lowest_cpu_priority(tmp_path):
-    with RedisServer(tmp_path) as server:
-        client = redis.Redis.from_url(server.url)
-        client.mset({f"k{i}": i for i in range(200)})
-        client.config_set("rdb-key-save-delay", 20_000)  # 20 ms per key: a rewrite of ~4 s
-        assert redis_local.lower_children_priority(server.pid) == []  # no child yet
-        client.bgrewriteaof()
-        deadline = time.monotonic() + 5.0
-        changed: list[int] = []
-        while not changed and time.monotonic() < deadline:
-            changed = redis_local.lower_children_priority(server.pid)
-            time.sleep(0.01)
-        assert len(changed) == 1
-        assert os.getpriority(os.PRIO_PROCESS, changed[0]) == redis_local.CHILD_NICE
-        assert os.getpriority(os.PRIO_PROCESS, server.pid) == os.getpriority(os.PRIO_PROCESS, 0)
-        assert redis_local.lower_children_priority(server.pid) == []  # done once
-        client.config_set("rdb-key-save-delay", 0)
-        client.close()
-
-
-def test_lowering_priority_of_a_pid_without_children_or_gone_is_a_no_op():
-    assert redis_local.lower_children_priority(os.getpid()) == []
-    assert redis_local.lower_children_priority(2**22 + 1) == []
