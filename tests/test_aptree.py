@@ -10,7 +10,7 @@ import pytest
 from workloads import assert_same_matches, random_message, random_subscription
 
 from shard.aptree import APTree
-from shard.aptree.layout import F_CHOFF, F_DUMMY, F_NCH, F_TYPE, KNODE, LEAF, SNODE
+from shard.aptree.layout import F_CHOFF, F_DUMMY, F_NBUILT, F_NCH, F_TYPE, KNODE, LEAF, SNODE
 from shard.brute import BruteMatcher
 from shard.errors import NotFoundError, ValidationError
 from shard.model import Circle, Message, Point, Rect, Subscription
@@ -183,6 +183,32 @@ def test_kl_divergence_triggers_reconstruction():
     assert tree.stats()["rebuilds"] > before
     got = tree.match(Message("m", ("k12",), Point(0.5, 0.5)))
     assert sorted(got) == sorted(f"n{i}" for i in range(1500) if 10 + i % 40 == 12)
+
+
+def test_a_wide_k_node_is_not_rebuilt_for_growth_that_follows_its_distribution():
+    # 2,000 keywords with 2-3 subscriptions each: one cut per keyword at the root. Growth in the
+    # same distribution moves each cut's count by sampling noise only (kl_noise); growth onto
+    # ten keywords is drift, and the root is rebuilt.
+    def sub(name, i):
+        return Subscription(name, ((f"k{i}", "z"),), Rect(0, 0, 1, 1))
+
+    base = [sub(f"b{i}", i % 2000) for i in range(5000)]
+    tree = APTree.build(base, theta_p=8)
+    root_built = int(tree._tree[0][0, F_NBUILT])
+    for i in range(1000):
+        tree.subscribe(sub(f"n{i}", (i * 7919) % 2000))
+    tree._check()
+    assert int(tree._tree[0][0, F_NBUILT]) == root_built  # not rebuilt
+    for i in range(1500):
+        tree.subscribe(sub(f"d{i}", i % 10))
+    tree._check()
+    assert int(tree._tree[0][0, F_NBUILT]) > root_built  # rebuilt
+    got = tree.match(Message("m", ("k3", "z"), Point(0.5, 0.5)))
+    want = [s.id for s in base if s.clauses[0][0] == "k3"] + [
+        f"d{i}" for i in range(1500) if i % 10 == 3
+    ]
+    want += [f"n{i}" for i in range(1000) if (i * 7919) % 2000 == 3]
+    assert sorted(got) == sorted(want)
 
 
 @pytest.mark.parametrize(
