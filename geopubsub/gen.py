@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from geopubsub.gen_places import dnf_text, generate_places
+from geopubsub.gen_places import generate_places
+from geopubsub.gen_shapes import check_shapes, dnf_text
 from shard.errors import ValidationError
 from shard.limits import EARTH_RADIUS_M, MAX_RADIUS_M
 
@@ -261,24 +262,19 @@ def generate(
 
 
 def _check_args(
-    n_subs,
-    n_msgs,
-    stopwords,
-    vocab,
-    zipf,
-    clusters,
-    dnf,
-    circle,
-    region,
-    moving,
-    msg_terms,
-    min_area,
-    max_area,
-    space,
-) -> None:
-    for name, v in (("--subs", n_subs), ("--msgs", n_msgs)):
-        if v < 0:
-            raise ValidationError(name, v, "must be >= 0")
+    n_subs, n_msgs, stopwords, vocab, zipf, clusters, dnf, circle, region, moving, msg_terms,
+    min_area, max_area, space,
+) -> None:  # fmt: skip
+    check_shapes(
+        n_subs,
+        n_msgs,
+        dnf_share=dnf,
+        circle_share=circle,
+        region_msg_share=region,
+        moving_share=moving,
+        min_area=min_area,
+        max_area=max_area,
+    )
     if stopwords < 0:
         raise ValidationError("--stopwords", stopwords, "must be >= 0")
     if vocab < 1:
@@ -289,18 +285,6 @@ def _check_args(
         raise ValidationError("--zipf", zipf, "must be >= 0")
     if not msg_terms >= 1:
         raise ValidationError("--msg-terms", msg_terms, "must be >= 1")
-    for name, v in (
-        ("--dnf-share", dnf),
-        ("--circle-share", circle),
-        ("--region-msg-share", region),
-        ("--moving-share", moving),
-    ):
-        if not 0.0 <= v <= 1.0:
-            raise ValidationError(name, v, "must be in [0, 1]")
-    if not 0 < min_area <= max_area <= 1:
-        raise ValidationError(
-            "--min-area", (min_area, max_area), "need 0 < min-area <= max-area <= 1"
-        )
     x0, y0, x1, y1 = space
     if not (-180 <= x0 < x1 <= 180 and -90 <= y0 < y1 <= 90):
         raise ValidationError(
@@ -376,42 +360,29 @@ def run(args) -> int:
             args.msgs = args.steps * args.msgs_per_step
     elif args.msgs is None:
         raise ValidationError("--msgs", None, "is required (or give --moving)")
+    shapes = {  # the options both generators take
+        "seed": args.seed,
+        "dnf_share": args.dnf_share,
+        "circle_share": args.circle_share,
+        "region_msg_share": args.region_msg_share,
+        "moving_share": args.moving_share,
+        "min_area": args.min_area,
+        "max_area": args.max_area,
+    }
     if args.text == "places":
-        _check_args(
-            args.subs, args.msgs, 0, 1, 1.0, 1, args.dnf_share, args.circle_share,
-            args.region_msg_share, args.moving_share, 1.0, args.min_area, args.max_area,
-            (-180.0, -90.0, 180.0, 90.0),
-        )  # fmt: skip
-        summary = generate_places(
-            args.subs,
-            args.msgs,
-            args.out,
-            seed=args.seed,
-            dnf_share=args.dnf_share,
-            circle_share=args.circle_share,
-            region_msg_share=args.region_msg_share,
-            moving_share=args.moving_share,
-            min_area=args.min_area,
-            max_area=args.max_area,
-        )
+        summary = generate_places(args.subs, args.msgs, args.out, **shapes)
     else:
         summary = generate(
             args.subs,
             args.msgs,
             args.out,
-            seed=args.seed,
             vocab=args.vocab,
             zipf=args.zipf,
             clusters=args.clusters,
-            dnf_share=args.dnf_share,
-            circle_share=args.circle_share,
-            region_msg_share=args.region_msg_share,
-            moving_share=args.moving_share,
             msg_terms=args.msg_terms,
             stopwords=args.stopwords,
-            min_area=args.min_area,
-            max_area=args.max_area,
             space=args.space,
+            **shapes,
         )
     dt = time.perf_counter() - t0
     print(

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from geopubsub.gen_shapes import check_shapes, dnf_text
 from shard.limits import EARTH_RADIUS_M, MAX_RADIUS_M, MAX_TERM_LEN
 from shard.terms import tokenize
 
@@ -43,18 +44,6 @@ ALT_NAMES_PER_MSG = 3
 """Alternate names (besides the name) a message draws its terms from, at most."""
 JITTER_DEG = 0.01
 """A message's point lies within this many degrees of its place (~1 km)."""
-
-
-def dnf_text(rng: np.random.Generator, terms: list[str]) -> str:
-    """Paper Sect. 5.1.1: split the terms in two groups by a random AND/OR between neighbours;
-    each group becomes an OR- or AND-clause; groups are joined by AND."""
-    cut = int(rng.integers(1, len(terms)))
-    groups = [terms[:cut], terms[cut:]]
-    parts = []
-    for g in groups:
-        op = " OR " if rng.random() < 0.5 else " AND "
-        parts.append(f"({op.join(g)})" if len(g) > 1 else g[0])
-    return " AND ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -132,6 +121,16 @@ def generate_places(
 ) -> dict:
     """Write ``subs.jsonl`` and ``msgs.jsonl`` under ``out_dir`` (see the module docstring).
     Returns counts and paths."""
+    check_shapes(
+        n_subs,
+        n_msgs,
+        dnf_share=dnf_share,
+        circle_share=circle_share,
+        region_msg_share=region_msg_share,
+        moving_share=moving_share,
+        min_area=min_area,
+        max_area=max_area,
+    )
     p = places if places is not None else load_places()
     rng = np.random.default_rng(seed)
     out = Path(out_dir)

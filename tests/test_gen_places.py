@@ -74,3 +74,12 @@ def test_bad_shares_are_refused_naming_the_flag(tmp_path):
     )  # fmt: skip
     assert out.returncode != 0
     assert "--dnf-share" in out.stderr
+
+
+def test_the_library_call_checks_its_options_before_reading_places(tmp_path):
+    from shard.errors import ValidationError
+
+    with pytest.raises(ValidationError) as e:
+        generate_places(10, 10, tmp_path, min_area=0.5, max_area=0.1, places=None)
+    assert e.value.field == "--min-area"
+    assert not (tmp_path / "subs.jsonl").exists()
