@@ -48,7 +48,7 @@ def word(rank: int) -> str:
     """A pronounceable, unique lowercase word for a vocabulary rank.
 
     >>> word(0), word(1), word(70)
-    ('ba', 'be', 'beba')
+    ('ba', 'be', 'baba')
     """
     n = len(_SYLLABLES)
     parts = []
