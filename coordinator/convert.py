@@ -8,6 +8,7 @@ paths into the request (``subscription.rect.min_lon``, ``message.ttl_s``).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from geopubsub.v1 import geopubsub_pb2 as pb
@@ -110,6 +111,68 @@ def from_proto_subscription(sub: pb.Subscription, *, field: str = "subscription"
         return subscription_from_dict(d)
     except ValidationError as e:
         raise _under(field, e) from e
+
+
+MAX_SUBSCRIBE_BATCH = 1_000
+"""Subscriptions in one SubscribeRequest's ``subscriptions`` (ids in one UnsubscribeRequest's
+``ids``). A batch is written to Redis in one transaction, which holds Redis for every other
+client while it runs: ~2 commands a subscription, a few ms at this size."""
+
+
+def from_proto_subscribe_request(
+    request: pb.SubscribeRequest,
+) -> tuple[list[Subscription], list[bool], bool]:
+    """The subscriptions of a SubscribeRequest (its ``subscription`` or its ``subscriptions``,
+    checked as a whole: each id once), their ``ephemeral`` flags, and whether it was a batch.
+
+    >>> req = pb.SubscribeRequest(subscriptions=[pb.Subscription(id="a", keywords=["x"])] * 2)
+    >>> from_proto_subscribe_request(req)
+    Traceback (most recent call last):
+    ...
+    shard.errors.ValidationError: subscriptions[1].id='a': given twice in the batch
+    """
+    if not request.subscriptions:
+        if not request.HasField("subscription"):
+            raise ValidationError("subscription", None, "required")
+        one = request.subscription
+        return [from_proto_subscription(one)], [one.ephemeral], False
+    if request.HasField("subscription"):
+        raise ValidationError("subscription", "set", "give subscription or subscriptions, not both")
+    n = len(request.subscriptions)
+    if n > MAX_SUBSCRIBE_BATCH:
+        raise ValidationError("subscriptions", n, f"at most {MAX_SUBSCRIBE_BATCH} per request")
+    subs = [
+        from_proto_subscription(p, field=f"subscriptions[{i}]")
+        for i, p in enumerate(request.subscriptions)
+    ]
+    _check_distinct("subscriptions[{}].id", [s.id for s in subs])
+    return subs, [p.ephemeral for p in request.subscriptions], True
+
+
+def from_proto_unsubscribe_request(request: pb.UnsubscribeRequest) -> tuple[list[str], bool]:
+    """The ids of an UnsubscribeRequest (``id``, or ``ids``: at most ``MAX_SUBSCRIBE_BATCH``,
+    each once) and whether it was a batch.
+
+    >>> from_proto_unsubscribe_request(pb.UnsubscribeRequest(ids=["a", "b"]))
+    (['a', 'b'], True)
+    """
+    if not request.ids:
+        return [validate_id("id", request.id)], False
+    if request.id:
+        raise ValidationError("id", request.id, "give id or ids, not both")
+    if len(request.ids) > MAX_SUBSCRIBE_BATCH:
+        raise ValidationError("ids", len(request.ids), f"at most {MAX_SUBSCRIBE_BATCH} per request")
+    ids = [validate_id(f"ids[{i}]", x) for i, x in enumerate(request.ids)]
+    _check_distinct("ids[{}]", ids)
+    return ids, True
+
+
+def _check_distinct(field: str, ids: Sequence[str]) -> None:
+    seen: set[str] = set()
+    for i, x in enumerate(ids):
+        if x in seen:
+            raise ValidationError(field.format(i), x, "given twice in the batch")
+        seen.add(x)
 
 
 def to_proto_subscription(sub: Subscription) -> pb.Subscription:

@@ -321,12 +321,22 @@ class Engine:
         return out
 
     def subscribe(self, sub: Subscription) -> asyncio.Future:
-        return self._submit(Op("sub", sub, self._future()))
+        return self.subscribe_many([sub])[0]
+
+    def subscribe_many(self, subs: Sequence[Subscription]) -> list[asyncio.Future]:
+        """Register a batch in order, all or nothing (OverloadedError queues none of it)."""
+        return self._submit_many([Op("sub", s, self._future()) for s in subs])
 
     def unsubscribe(self, sub_id: str) -> asyncio.Future:
-        if sub_id not in self.subs:
-            raise NotFoundError("subscription", sub_id)
-        return self._submit(Op("unsub", sub_id, self._future()))
+        return self.unsubscribe_many([sub_id])[0]
+
+    def unsubscribe_many(self, ids: Sequence[str]) -> list[asyncio.Future]:
+        """Remove a batch, all or nothing: NotFoundError names the first id not registered
+        before anything is queued."""
+        for sub_id in ids:
+            if sub_id not in self.subs:
+                raise NotFoundError("subscription", sub_id)
+        return self._submit_many([Op("unsub", i, self._future()) for i in ids])
 
     def move(self, sub_id: str, point: Point) -> asyncio.Future:
         """Future of the deliveries of this move."""
@@ -430,14 +440,14 @@ class Engine:
     def _future(self) -> asyncio.Future:
         return asyncio.get_running_loop().create_future()
 
-    def _submit(self, op: Op) -> asyncio.Future:
+    def _submit_many(self, ops: list[Op]) -> list[asyncio.Future]:
         self._check_open()
-        if len(self.pending) >= self.queue_max:
+        if len(self.pending) + len(ops) > self.queue_max:
             self.stats["rejected_overload"] += 1
             raise OverloadedError(f"{len(self.pending)} operations waiting; retry later")
         self._mark_first()
-        self._queued([op])
-        return op.future
+        self._queued(ops)
+        return [op.future for op in ops]
 
     # ---- the round loop --------------------------------------------------------------------
     async def _loop(self) -> None:

@@ -100,28 +100,34 @@ class Metadata:
 
     # ---- subscriptions ---------------------------------------------------------------------
     async def put_subscriptions(
-        self, items: Sequence[tuple[Subscription, Sequence[int]]], now: float | None = None
+        self,
+        items: Sequence[tuple[Subscription, Sequence[int]]],
+        now: float | None = None,
+        *,
+        ephemeral: Sequence[bool] | None = None,
     ) -> None:
-        """Upsert subscriptions with their shard placement, in one pipeline; one subscription
-        (a Subscribe) in one transaction (MULTI/EXEC), which a Redis at its maxmemory refuses
-        whole: a pipeline can stop part way there and leave a new subscription half written."""
+        """Upsert subscriptions with their shard placement (and, given ``ephemeral``, each one's
+        flag) in one transaction (MULTI/EXEC), which a Redis at its maxmemory refuses whole: a
+        pipeline could stop part way there and leave a batch half written. A Subscribe request
+        is at most ``MAX_SUBSCRIBE_BATCH`` subscriptions (~2,000 commands, a few ms of Redis)."""
         if not items:
             return
         t = time.time() if now is None else now
         stamp = codec.encode_stamp(t)
-        # A batch (moved subscriptions, stored before, where a part written is harmless) stays a
-        # pipeline: MULTI/EXEC of 30,000 held Redis 50 ms for every other client, a pipeline 7.
-        pipe = self.r.pipeline(transaction=len(items) == 1)
+        pipe = self.r.pipeline(transaction=True)
         for sub, shards in items:
             k = codec.sub_key(self.ns, sub.id)
             pipe.hsetnx(k, codec.CREATED_FIELD, stamp)
             pipe.hset(k, mapping=codec.subscription_fields(sub, shards, t))
-            pipe.sadd(codec.subs_key(self.ns), sub.id)
+        pipe.sadd(codec.subs_key(self.ns), *(sub.id for sub, _ in items))
+        if ephemeral is not None:
+            flagged = [sub.id for (sub, _), e in zip(items, ephemeral, strict=True) if e]
+            plain = [sub.id for (sub, _), e in zip(items, ephemeral, strict=True) if not e]
+            if flagged:
+                pipe.sadd(codec.ephemeral_key(self.ns), *flagged)
+            if plain:
+                pipe.srem(codec.ephemeral_key(self.ns), *plain)
         await self._call(pipe.execute())
-
-    async def set_ephemeral(self, sub_id: str, ephemeral: bool) -> None:
-        k = codec.ephemeral_key(self.ns)
-        await self._call(self.r.sadd(k, sub_id) if ephemeral else self.r.srem(k, sub_id))
 
     async def ephemeral_ids(self) -> set[str]:
         return {i.decode() for i in await self._call(self.r.smembers(codec.ephemeral_key(self.ns)))}

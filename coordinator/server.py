@@ -23,7 +23,8 @@ from coordinator.convert import (
     MAX_MOVE_BATCH,
     from_proto_location_request,
     from_proto_message,
-    from_proto_subscription,
+    from_proto_subscribe_request,
+    from_proto_unsubscribe_request,
     to_proto_subscription,
 )
 from coordinator.dedupe import Dedupe
@@ -349,30 +350,36 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
 
     @grpc_errors
     async def Subscribe(self, request, context):
-        if not request.HasField("subscription"):
-            raise ValidationError("subscription", None, "required")
-        sub = from_proto_subscription(request.subscription)
+        subs, ephemeral, batch = from_proto_subscribe_request(request)
         self.app.deliveries.check_writable()
-        ephemeral = request.subscription.ephemeral
-        # Redis first (the source of truth): a call that times out while its round still
-        # applies it must not leave a subscription that a restart forgets
-        where = tuple(self.engine.pm.overlapping(region_bbox(sub.region)))
-        await self.app.md.put_subscriptions([(sub, where)])
-        await _within(
-            self.engine.subscribe(sub), context, self.app.settings.deadline_s, self.app.stalled
+        # Redis first (the source of truth), the batch in one transaction: a call that times
+        # out while its round still applies it must not leave a subscription a restart forgets
+        pm = self.engine.pm
+        await self.app.md.put_subscriptions(
+            [(s, tuple(pm.overlapping(region_bbox(s.region)))) for s in subs],
+            ephemeral=ephemeral,
         )
-        if ephemeral != (sub.id in self.app.slots.ephemeral):
-            await self.app.md.set_ephemeral(sub.id, ephemeral)
-            self.app.slots.set_ephemeral(sub.id, ephemeral)
-        return pb.SubscribeResponse(id=sub.id)
+        limit, why = self.app.settings.deadline_s, self.app.stalled
+        for fut in self.engine.subscribe_many(subs):
+            await _within(fut, context, limit, why)
+        slots = self.app.slots
+        for s, e in zip(subs, ephemeral, strict=True):
+            if e != (s.id in slots.ephemeral):
+                slots.set_ephemeral(s.id, e)
+        if batch:
+            return pb.SubscribeResponse(ids=[s.id for s in subs])
+        return pb.SubscribeResponse(id=subs[0].id)
 
     @grpc_errors
     async def Unsubscribe(self, request, context):
-        sub_id = request.id
-        fut = self.engine.unsubscribe(sub_id)  # NotFoundError before anything changes
-        await self.app.md.delete_subscriptions([sub_id])
-        await _within(fut, context, self.app.settings.deadline_s, self.app.stalled)
-        self.app.slots.set_ephemeral(sub_id, False)
+        ids, _ = from_proto_unsubscribe_request(request)
+        futs = self.engine.unsubscribe_many(ids)  # NotFoundError before anything changes
+        await self.app.md.delete_subscriptions(ids)
+        limit, why = self.app.settings.deadline_s, self.app.stalled
+        for fut in futs:
+            await _within(fut, context, limit, why)
+        for sub_id in ids:
+            self.app.slots.set_ephemeral(sub_id, False)
         return pb.UnsubscribeResponse()
 
     @grpc_errors

@@ -123,12 +123,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     mv.set_defaults(func=run_moving)
 
-    from geopubsub import bench_chaos, bench_e2e, bench_grpc, bench_soak
+    from geopubsub import bench_chaos, bench_e2e, bench_grpc, bench_soak, bench_subscribe
 
     bench_e2e.register(kinds)
     bench_chaos.register(kinds)
     bench_soak.register(kinds)
     bench_grpc.register(kinds)
+    bench_subscribe.register(kinds)
 
 
 def _common(p: argparse.ArgumentParser) -> None:

@@ -24,6 +24,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from coordinator.convert import (
     MAX_MOVE_BATCH,
+    MAX_SUBSCRIBE_BATCH,
     from_proto_delivery,
     from_proto_subscription,
     to_proto_message,
@@ -191,10 +192,12 @@ class GeoPubSubClient:
         rect: Coordinates | None = None,
         circle: Coordinates | None = None,
         moving: bool = False,
+        ephemeral: bool = False,
     ) -> str:
         """Create the subscription, or replace the one with this id; returns the id. Give one of
         ``keywords`` (all must occur) and ``expr`` (``ipad AND (sale OR discount)``), and one of
         ``rect`` ``(min_lon, min_lat, max_lon, max_lat)`` and ``circle`` ``(lon, lat, radius_m)``.
+        ``ephemeral``: its deliveries skip the retention log (a live result stream only).
         """
         d: dict[str, Any] = {"id": id, "moving": moving}
         for name, value in (("keywords", keywords), ("expr", expr)):
@@ -204,15 +207,63 @@ class GeoPubSubClient:
             if value is not None:
                 d[name] = list(value)
         sub = to_proto_subscription(subscription_from_dict(d))
+        sub.ephemeral = ephemeral
         return self._stub.Subscribe(
             pb.SubscribeRequest(subscription=sub), timeout=self.timeout_s
         ).id
+
+    def subscribe_many(
+        self,
+        subs: Iterable[Subscription | Mapping[str, Any]],
+        *,
+        batch: int = MAX_SUBSCRIBE_BATCH,
+        ephemeral: bool = False,
+    ) -> list[str]:
+        """Register subscriptions (``shard.model.Subscription`` or the workload form ``{"id",
+        "keywords" | "expr", "rect" | "circle", "moving"}``) in requests of up to ``batch``
+        (``SubscribeRequest.subscriptions``: each request all or nothing); returns the ids. An
+        invalid one raises its ValidationError before its request is sent (those before it are
+        registered)."""
+        if not 1 <= batch <= MAX_SUBSCRIBE_BATCH:
+            raise ValidationError("batch", batch, f"must be 1-{MAX_SUBSCRIBE_BATCH}")
+        out: list[str] = []
+        part: list[pb.Subscription] = []
+
+        def send() -> None:
+            response = self._stub.Subscribe(
+                pb.SubscribeRequest(subscriptions=part), timeout=self.timeout_s
+            )
+            out.extend(response.ids)
+            part.clear()
+
+        for s in subs:
+            p = to_proto_subscription(
+                s if isinstance(s, Subscription) else subscription_from_dict(s)
+            )
+            p.ephemeral = ephemeral
+            part.append(p)
+            if len(part) == batch:
+                send()
+        if part:
+            send()
+        return out
 
     def unsubscribe(self, id: str) -> None:
         """Remove the subscription (NOT_FOUND if it does not exist)."""
         self._stub.Unsubscribe(
             pb.UnsubscribeRequest(id=validate_id("id", id)), timeout=self.timeout_s
         )
+
+    def unsubscribe_many(self, ids: Iterable[str], *, batch: int = MAX_SUBSCRIBE_BATCH) -> None:
+        """Remove subscriptions in requests of up to ``batch`` ids (``UnsubscribeRequest.ids``:
+        each request all or nothing; NOT_FOUND names the first unknown id of its request)."""
+        if not 1 <= batch <= MAX_SUBSCRIBE_BATCH:
+            raise ValidationError("batch", batch, f"must be 1-{MAX_SUBSCRIBE_BATCH}")
+        ids = [validate_id("ids", i) for i in ids]
+        for a in range(0, len(ids), batch):
+            self._stub.Unsubscribe(
+                pb.UnsubscribeRequest(ids=ids[a : a + batch]), timeout=self.timeout_s
+            )
 
     def get_subscription(self, id: str) -> Subscription:
         """The subscription as registered (``shard.model.Subscription``)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import signal
 import sys
 import time
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import grpc
 
-from coordinator.convert import to_proto_subscription
+from coordinator.convert import MAX_SUBSCRIBE_BATCH, to_proto_subscription
 from geopubsub.client import CHANNEL_OPTIONS
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
@@ -33,6 +34,8 @@ from shard.workload import read_subscriptions
 DEFAULT_IN_FLIGHT = 1024
 """Subscribe calls in flight: two full rounds of the default ``batch_max`` (512 per shard, 2
 shards), so that one round fills while the other runs. More only lengthens the queue."""
+DEFAULT_BATCH = 1
+"""Subscriptions per Subscribe call (``SubscribeRequest.subscriptions`` when > 1)."""
 RETRY_CODES = frozenset({grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.DEADLINE_EXCEEDED})
 """Codes after which a Subscribe is retried (it is idempotent): backpressure, and a round that
 took longer than the server's deadline (the first rounds of a cold shard can)."""
@@ -80,18 +83,23 @@ async def register_subscriptions(
     subs: Iterable[Subscription],
     *,
     in_flight: int = DEFAULT_IN_FLIGHT,
+    batch: int = 1,
     ephemeral: bool = False,
     on_progress: Callable[[RegisterReport], None] | None = None,
 ) -> RegisterReport:
-    """Subscribe every subscription of ``subs`` at ``target`` with ``in_flight`` calls pending
-    (``ephemeral``: their deliveries skip the retention log); returns counts and the rate.
-    RESOURCE_EXHAUSTED and DEADLINE_EXCEEDED are retried; INVALID_ARGUMENT is counted and
-    skipped; any other failure is raised. ``on_progress`` is called every few seconds.
+    """Subscribe every subscription of ``subs`` at ``target`` with ``in_flight`` calls pending,
+    ``batch`` subscriptions a call (``SubscribeRequest.subscriptions`` when > 1; ``ephemeral``:
+    their deliveries skip the retention log); returns counts and the rate. RESOURCE_EXHAUSTED and
+    DEADLINE_EXCEEDED are retried; INVALID_ARGUMENT is counted and skipped (a batch refused so is
+    sent again one by one, to keep the others); any other failure is raised. ``on_progress`` is
+    called every few seconds.
 
     >>> # asyncio.run(register_subscriptions("127.0.0.1:50051", read_subscriptions("subs.jsonl")))
     """
     if in_flight < 1:
         raise ValidationError("in_flight", in_flight, "must be >= 1")
+    if not 1 <= batch <= MAX_SUBSCRIBE_BATCH:
+        raise ValidationError("batch", batch, f"must be 1-{MAX_SUBSCRIBE_BATCH}")
     report = RegisterReport()
     it = iter(subs)
     t0 = time.perf_counter()
@@ -100,28 +108,44 @@ async def register_subscriptions(
     async with grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS) as channel:
         stub = pb_grpc.GeoPubSubStub(channel)
 
+        async def call(part: list[Subscription]) -> None:
+            protos = [to_proto_subscription(s) for s in part]
+            for p in protos:
+                p.ephemeral = ephemeral
+            if len(protos) == 1:
+                request = pb.SubscribeRequest(subscription=protos[0])
+            else:
+                request = pb.SubscribeRequest(subscriptions=protos)
+            attempts = 0
+            while True:
+                try:
+                    await stub.Subscribe(request, timeout=CALL_TIMEOUT_S)
+                except grpc.aio.AioRpcError as exc:
+                    if exc.code() in RETRY_CODES and attempts < MAX_RETRIES:
+                        attempts += 1
+                        report.retries += 1
+                        await asyncio.sleep(RETRY_PAUSE_S)
+                        continue
+                    if exc.code() is not grpc.StatusCode.INVALID_ARGUMENT:
+                        raise
+                    if len(part) > 1:  # find the bad ones; the others are registered
+                        for s in part:
+                            await call([s])
+                        return
+                    _reject(report, f"{part[0].id}: {exc.details()}")
+                    return
+                report.registered += len(part)
+                report.moving += sum(s.moving for s in part)
+                return
+
         async def worker() -> None:
             nonlocal last
-            for sub in it:  # one iterator shared by every worker (one thread: no races)
-                request = pb.SubscribeRequest(subscription=to_proto_subscription(sub))
-                request.subscription.ephemeral = ephemeral
-                attempts = 0
-                while True:
-                    try:
-                        await stub.Subscribe(request, timeout=CALL_TIMEOUT_S)
-                    except grpc.aio.AioRpcError as exc:
-                        if exc.code() in RETRY_CODES and attempts < MAX_RETRIES:
-                            attempts += 1
-                            report.retries += 1
-                            await asyncio.sleep(RETRY_PAUSE_S)
-                            continue
-                        if exc.code() is not grpc.StatusCode.INVALID_ARGUMENT:
-                            raise
-                        _reject(report, f"{sub.id}: {exc.details()}")
-                        break
-                    report.registered += 1
-                    report.moving += sub.moving
-                    break
+            while True:
+                # one iterator shared by every worker (one thread: no races)
+                part = list(itertools.islice(it, batch))
+                if not part:
+                    return
+                await call(part)
                 now = time.perf_counter()
                 if on_progress is not None and now - last >= PROGRESS_EVERY_S:
                     last = now
@@ -171,6 +195,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help=f"Subscribe calls pending at once (default {DEFAULT_IN_FLIGHT})",
     )
     p.add_argument(
+        "--batch",
+        type=int,
+        default=DEFAULT_BATCH,
+        help=f"subscriptions per Subscribe call, 1-{MAX_SUBSCRIBE_BATCH} (default {DEFAULT_BATCH})",
+    )
+    p.add_argument(
         "--ephemeral",
         action="store_true",
         help="their deliveries skip the Redis retention log (no resume after a disconnect)",
@@ -193,6 +223,7 @@ def run(args: argparse.Namespace) -> int:
                 target,
                 read_file(args.subs, bad),
                 in_flight=args.in_flight,
+                batch=args.batch,
                 ephemeral=args.ephemeral,
                 on_progress=progress,
             )

@@ -1,7 +1,8 @@
 """The shard: the index core (AP-Tree, domain model, brute-force oracle) and its Ray actor.
 
 Everything under ``shard`` except the actor module is pure: no network, no ray/grpc/pyspark/redis.
-The one thing done at import is choosing where numba keeps its compiled kernels (below).
+The one thing done at import is choosing where numba keeps its compiled kernels (below), without
+importing numba.
 """
 
 from __future__ import annotations
@@ -9,10 +10,9 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
-
-import numba
 
 KERNEL_CACHE_KEEP_S = 7 * 86400
 """Cache directories of other versions of the package unused this long are removed."""
@@ -43,4 +43,9 @@ def _kernel_cache_dir() -> Path:
 
 
 if not os.environ.get("NUMBA_CACHE_DIR"):
-    numba.config.CACHE_DIR = str(_kernel_cache_dir())
+    # numba reads the variable when it is imported: a process that never compiles (the client,
+    # the CLI, the supervisor) does not import it (~60 MB, ~0.5 s). Child processes inherit it.
+    if "numba" in sys.modules:
+        sys.modules["numba"].config.CACHE_DIR = str(_kernel_cache_dir())
+    else:
+        os.environ["NUMBA_CACHE_DIR"] = str(_kernel_cache_dir())

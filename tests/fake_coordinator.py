@@ -29,7 +29,8 @@ from coordinator.convert import (
     MAX_MOVE_BATCH,
     from_proto_location_request,
     from_proto_message,
-    from_proto_subscription,
+    from_proto_subscribe_request,
+    from_proto_unsubscribe_request,
     to_proto_delivery,
     to_proto_message,
     to_proto_subscription,
@@ -53,6 +54,10 @@ class FakeGeoPubSub(pb_grpc.GeoPubSubServicer):
         self.stream_requests: list[tuple[str, int]] = []
         self.move_requests: list[int] = []  # moves per location request
         self.break_streams: list[int] = []
+        self.refused_ids: set[str] = set()
+        """Subscribe answers INVALID_ARGUMENT for a request holding one of these."""
+        self.requests = 0
+        """Subscribe requests accepted."""
         self.changed = threading.Condition()
 
     def _deliver(self, sid: str, sign: str, message: pb.Message) -> pb.Delivery:
@@ -64,17 +69,31 @@ class FakeGeoPubSub(pb_grpc.GeoPubSubServicer):
 
     def Subscribe(self, request, context):
         try:
-            sub = from_proto_subscription(request.subscription)
+            subs, _, batch = from_proto_subscribe_request(request)
+            for i, sub in enumerate(subs):
+                if sub.id in self.refused_ids:
+                    raise ValidationError(f"subscriptions[{i}].id", sub.id, "refused (a test)")
         except ValidationError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         with self.changed:
-            self.subs[sub.id] = sub
-        return pb.SubscribeResponse(id=sub.id)
+            self.requests += 1
+            for sub in subs:
+                self.subs[sub.id] = sub
+        if batch:
+            return pb.SubscribeResponse(ids=[s.id for s in subs])
+        return pb.SubscribeResponse(id=subs[0].id)
 
     def Unsubscribe(self, request, context):
+        try:
+            ids, _ = from_proto_unsubscribe_request(request)
+        except ValidationError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         with self.changed:
-            if self.subs.pop(request.id, None) is None:
-                context.abort(grpc.StatusCode.NOT_FOUND, f"subscription {request.id!r} not found")
+            for i in ids:
+                if i not in self.subs:
+                    context.abort(grpc.StatusCode.NOT_FOUND, f"subscription {i!r} not found")
+            for i in ids:
+                del self.subs[i]
         return pb.UnsubscribeResponse()
 
     def GetSubscription(self, request, context):

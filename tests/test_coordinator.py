@@ -16,7 +16,7 @@ from coordinator.shards import LocalShard
 from deploy.redis_local import RedisServer
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
-from shard.errors import StoreFullError
+from shard.errors import StoreFullError, ValidationError
 from shard.model import Rect, Subscription, subscription_from_dict
 
 
@@ -354,6 +354,138 @@ def test_one_subscription_is_written_whole_or_not_at_all_at_the_maxmemory_border
             assert state == ((fields, {big.id.encode()}) if written else (set(), set())), margin
             seen.add(written)
         assert seen == {True, False}  # the sweep crossed the border
+        await md.close()
+
+    asyncio.run(main())
+
+
+def _psub(i, **kw) -> pb.Subscription:
+    return pb.Subscription(
+        id=f"b{i}", keywords=["x"], rect=pb.Rect(min_lon=-20, max_lon=20, max_lat=1), **kw
+    )
+
+
+def test_subscribe_and_unsubscribe_batches_are_checked_and_applied_whole(redis_url):
+    """``SubscribeRequest.subscriptions`` and ``UnsubscribeRequest.ids``: a bad item, an id given
+    twice, both forms at once or too many is INVALID_ARGUMENT naming it and registers (removes)
+    nothing; an unknown id in an Unsubscribe batch is NOT_FOUND and removes none; a good batch
+    reaches Redis (ephemeral flags included), the engine and the shards; the client's
+    ``subscribe_many`` / ``unsubscribe_many`` send such batches."""
+    from coordinator.convert import MAX_SUBSCRIBE_BATCH
+    from geopubsub.client import GeoPubSubClient
+
+    invalid = grpc.StatusCode.INVALID_ARGUMENT
+    raw = redis.Redis.from_url(redis_url)
+
+    async def main():
+        s = _settings(redis_url)
+        ns = s.namespace
+        server, port, app = await create_server(s, lambda k: LocalShard(k))
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            stub = pb_grpc.GeoPubSubStub(ch)
+            bad = [_psub(0), _psub(1), _psub(2)]
+            bad[1].rect.max_lat = 91
+            e = await _refused(stub.Subscribe(pb.SubscribeRequest(subscriptions=bad)))
+            assert e.code() == invalid and e.details().startswith(
+                "subscriptions[1].rect.max_lat=91"
+            )
+            twice = [_psub(0), _psub(1), _psub(0)]
+            e = await _refused(stub.Subscribe(pb.SubscribeRequest(subscriptions=twice)))
+            assert (e.code(), e.details()) == (
+                invalid,
+                "subscriptions[2].id='b0': given twice in the batch",
+            )
+            both = pb.SubscribeRequest(subscription=_psub(9), subscriptions=[_psub(0)])
+            e = await _refused(stub.Subscribe(both))
+            assert e.code() == invalid and e.details().startswith("subscription='set'")
+            many = [_psub(i) for i in range(MAX_SUBSCRIBE_BATCH + 1)]
+            e = await _refused(stub.Subscribe(pb.SubscribeRequest(subscriptions=many)))
+            assert e.code() == invalid and e.details().startswith(
+                f"subscriptions={MAX_SUBSCRIBE_BATCH + 1}: at most {MAX_SUBSCRIBE_BATCH}"
+            )
+            assert not app.engine.subs and not raw.exists(f"{ns}:subs")
+
+            batch = [_psub(0), _psub(1, ephemeral=True), _psub(2)]
+            got = await stub.Subscribe(pb.SubscribeRequest(subscriptions=batch))
+            assert (got.id, list(got.ids)) == ("", ["b0", "b1", "b2"])
+            assert raw.smembers(f"{ns}:subs") == {b"b0", b"b1", b"b2"}
+            assert raw.smembers(f"{ns}:ephemeral") == {b"b1"}
+            assert app.slots.ephemeral == {"b1"}
+            pub = await stub.Publish(pb.PublishRequest(message=_msg(0.0)))
+            assert pub.matched == 3  # every shard has its share
+            again = [_psub(1), _psub(3)]  # b1 replaced (durable now), b3 new
+            await stub.Subscribe(pb.SubscribeRequest(subscriptions=again))
+            assert raw.smembers(f"{ns}:ephemeral") == set() and app.slots.ephemeral == set()
+
+            e = await _refused(stub.Unsubscribe(pb.UnsubscribeRequest(ids=["b0", "nope", "b2"])))
+            assert (e.code(), e.details()) == (
+                grpc.StatusCode.NOT_FOUND,
+                "subscription 'nope' not found",
+            )
+            e = await _refused(stub.Unsubscribe(pb.UnsubscribeRequest(ids=["b0", "b0"])))
+            assert (e.code(), e.details()) == (invalid, "ids[1]='b0': given twice in the batch")
+            assert set(app.engine.subs) == {"b0", "b1", "b2", "b3"}
+            await stub.Unsubscribe(pb.UnsubscribeRequest(ids=["b0", "b2"]))
+            assert set(app.engine.subs) == {"b1", "b3"}
+            assert raw.smembers(f"{ns}:subs") == {b"b1", b"b3"}
+            assert not raw.exists(f"{ns}:sub:b0", f"{ns}:sub:b2")
+            pub = await stub.Publish(pb.PublishRequest(message=_msg(0.0)))
+            assert pub.matched == 2
+
+            def with_client():
+                with GeoPubSubClient(f"127.0.0.1:{port}") as c:
+                    subs = [
+                        {"id": f"c{i}", "keywords": ["x"], "rect": [0, 0, 1, 1]} for i in range(25)
+                    ]
+                    ids = c.subscribe_many(subs, batch=10, ephemeral=True)
+                    assert ids == [f"c{i}" for i in range(25)]
+                    assert c.publish(["x"], point=(0.5, 0.5)).matched == 27
+                    c.unsubscribe_many(ids[5:], batch=7)
+                    assert c.publish(["x"], point=(0.5, 0.5)).matched == 7
+                    with pytest.raises(ValidationError):
+                        c.subscribe_many(subs, batch=MAX_SUBSCRIBE_BATCH + 1)
+
+            await asyncio.to_thread(with_client)
+            assert app.slots.ephemeral == {f"c{i}" for i in range(5)}
+        await stop_server(server, app)
+
+    asyncio.run(main())
+    raw.close()
+
+
+def test_a_subscribe_batch_is_written_whole_or_not_at_all_at_the_maxmemory_border(small_redis):
+    """The same sweep for a batch of five (with ephemeral flags): one transaction."""
+    from coordinator.metadata import Metadata
+
+    server, raw = small_redis
+    ns = uuid.uuid4().hex
+    batch = [
+        subscription_from_dict({"id": f"s{i}", "expr": f"a{i} OR b", "rect": [0, 0, 1, 1]})
+        for i in range(5)
+    ]
+    ids = {f"s{i}".encode() for i in range(5)}
+
+    async def main():
+        md = Metadata(server.url, ns)
+        await md.ping()
+        seen = set()
+        for margin in range(0, 20_000, 250):
+            raw.delete(*(f"{ns}:sub:{s.id}" for s in batch), f"{ns}:subs", f"{ns}:ephemeral")
+            raw.config_set("maxmemory", int(raw.info("memory")["used_memory"]) + margin)
+            try:
+                await md.put_subscriptions(
+                    [(s, (0,)) for s in batch], ephemeral=[i % 2 == 0 for i in range(5)]
+                )
+                written = True
+            except StoreFullError:
+                written = False
+            finally:
+                raw.config_set("maxmemory", 2 * 2**20)
+            hashes = sum(raw.exists(f"{ns}:sub:{s.id}") for s in batch)
+            state = (hashes, raw.smembers(f"{ns}:subs"), len(raw.smembers(f"{ns}:ephemeral")))
+            assert state == ((5, ids, 3) if written else (0, set(), 0)), margin
+            seen.add(written)
+        assert seen == {True, False}
         await md.close()
 
     asyncio.run(main())

@@ -36,6 +36,23 @@ def test_register_subscribes_every_line(server, tmp_path, capsys):
     )
 
 
+def test_register_in_batches_keeps_the_good_ones_of_a_refused_batch(server, tmp_path, capsys):
+    """``--batch 7``: requests of seven subscriptions; a batch the server refuses is sent again
+    one by one, so that only the refused subscription is missing and counted."""
+    fake, target = server
+    generate(100, 0, tmp_path, seed=5)
+    path = tmp_path / "subs.jsonl"
+    fake.refused_ids = {"s10"}
+    argv = ["register", "--subs", str(path), "--target", target, "--batch", "7"]
+    code = main(argv + ["--in-flight", "4"])
+    out = capsys.readouterr()
+    assert code == 2, out
+    assert set(fake.subs) == {s.id for s in read_subscriptions(path)} - {"s10"}
+    assert "registered 99 subscriptions" in out.out and "1 rejected" in out.out
+    assert "s10: subscriptions[0].id='s10': refused (a test)" in out.err
+    assert fake.requests == 14 + 6  # 15 batches, one refused and retried as seven singles
+
+
 def test_a_bad_line_is_reported_and_skipped(server, tmp_path, capsys):
     fake, target = server
     path = tmp_path / "subs.jsonl"

@@ -98,22 +98,28 @@ class Delivery(_message.Message):
     def __init__(self, subscription_id: _Optional[str] = ..., sequence: _Optional[int] = ..., kind: _Optional[_Union[Delivery.Kind, str]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., time: _Optional[float] = ..., gap_from: _Optional[int] = ...) -> None: ...
 
 class SubscribeRequest(_message.Message):
-    __slots__ = ("subscription",)
+    __slots__ = ("subscription", "subscriptions")
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
     subscription: Subscription
-    def __init__(self, subscription: _Optional[_Union[Subscription, _Mapping]] = ...) -> None: ...
+    subscriptions: _containers.RepeatedCompositeFieldContainer[Subscription]
+    def __init__(self, subscription: _Optional[_Union[Subscription, _Mapping]] = ..., subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ...) -> None: ...
 
 class SubscribeResponse(_message.Message):
-    __slots__ = ("id",)
+    __slots__ = ("id", "ids")
     ID_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
     id: str
-    def __init__(self, id: _Optional[str] = ...) -> None: ...
+    ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, id: _Optional[str] = ..., ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class UnsubscribeRequest(_message.Message):
-    __slots__ = ("id",)
+    __slots__ = ("id", "ids")
     ID_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
     id: str
-    def __init__(self, id: _Optional[str] = ...) -> None: ...
+    ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, id: _Optional[str] = ..., ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class UnsubscribeResponse(_message.Message):
     __slots__ = ()

@@ -1,0 +1,42 @@
+"""``geopubsub bench subscribe`` end to end on a small cluster of its own."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from geopubsub.bench_subscribe import cpu_s
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_cpu_seconds_are_read_from_proc():
+    import os
+
+    spent = cpu_s(os.getpid())
+    sum(i * i for i in range(2_000_000))
+    assert cpu_s(os.getpid()) > spent > 0
+    assert cpu_s(2**22 + 12345) == 0.0  # no such process
+
+
+@pytest.mark.e2e
+def test_bench_subscribe_registers_removes_and_times_every_call(tmp_path):
+    argv = [sys.executable, "-m", "geopubsub.cli", "bench", "subscribe", "--data-dir"]
+    argv += [str(tmp_path / "c"), "--gen-subs", "600", "--batch", "1,50", "--in-flight", "8"]
+    argv += ["--rate", "200", "--latency-duration", "1", "--json"]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip(), proc.stderr[-4000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["subscriptions"] == 600 and [p["batch"] for p in r["phases"]] == [1, 50]
+    for p in r["phases"]:
+        assert p["subscribe_per_s"] > 0 and p["unsubscribe_per_s"] > 0
+        assert p["subscribe_shard_us"] > 0  # the shard actors were found and did the work
+    assert r["latency"]["calls"] == 200 and 0 < r["latency"]["p50_ms"] <= r["latency"]["p99_ms"]
+    stopped = subprocess.run(
+        ["pgrep", "-f", str(tmp_path / "c")], capture_output=True, text=True, check=False
+    )
+    assert stopped.stdout.strip() == "", "the cluster it started is still running"
