@@ -45,6 +45,28 @@ by line breaks; a JSON text holds none). Reads only; touches keys it does not de
 single Redis allows."""
 
 
+PUT_SCRIPT = b"""#!lua
+local prefix, subs, eph, stamp = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+for i = 5, #ARGV, 4 do
+  local id = ARGV[i]
+  local k = prefix .. id
+  redis.call('HSETNX', k, 'created', stamp)
+  redis.call('HSET', k, 'sub', ARGV[i + 1], 'shards', ARGV[i + 2], 'updated', stamp)
+  redis.call('SADD', subs, id)
+  if ARGV[i + 3] == '1' then
+    redis.call('SADD', eph, id)
+  elseif ARGV[i + 3] == '0' then
+    redis.call('SREM', eph, id)
+  end
+end
+return 1
+"""
+"""``put_subscriptions``: ARGV = hash key prefix, the id set, the ephemeral set, the stamp, then
+per subscription its id, JSON, shards and ephemeral flag ('1', '0', '-': unchanged). The
+``#!lua`` line gives it (empty) flags, so that Redis checks its maxmemory once, before the
+script runs, and then lets it finish: a script without flags is refused at its first write past
+maxmemory, after the writes before it. The field names are ``shard.metadata_codec``'s."""
+
 REDIS_RETRIES = 1
 """Retries of a command that failed on a broken connection or timed out (a connection left
 over from a Redis that restarted fails once, then the retry reconnects)."""
@@ -107,27 +129,29 @@ class Metadata:
         ephemeral: Sequence[bool] | None = None,
     ) -> None:
         """Upsert subscriptions with their shard placement (and, given ``ephemeral``, each one's
-        flag) in one transaction (MULTI/EXEC), which a Redis at its maxmemory refuses whole: a
-        pipeline could stop part way there and leave a batch half written. A Subscribe request
-        is at most ``MAX_SUBSCRIBE_BATCH`` subscriptions (~2,000 commands, a few ms of Redis)."""
+        flag) in one script call (``PUT_SCRIPT``): Redis runs it whole or, at its maxmemory,
+        refuses it before it starts (a pipeline could stop part way and leave a batch half
+        written). A Subscribe request is at most ``MAX_SUBSCRIBE_BATCH`` subscriptions (a few
+        ms of Redis). One packed command: a redis-py pipeline cost the coordinator ~2 commands'
+        worth of Python per subscription."""
         if not items:
             return
-        t = time.time() if now is None else now
-        stamp = codec.encode_stamp(t)
-        pipe = self.r.pipeline(transaction=True)
-        for sub, shards in items:
-            k = codec.sub_key(self.ns, sub.id)
-            pipe.hsetnx(k, codec.CREATED_FIELD, stamp)
-            pipe.hset(k, mapping=codec.subscription_fields(sub, shards, t))
-        pipe.sadd(codec.subs_key(self.ns), *(sub.id for sub, _ in items))
-        if ephemeral is not None:
-            flagged = [sub.id for (sub, _), e in zip(items, ephemeral, strict=True) if e]
-            plain = [sub.id for (sub, _), e in zip(items, ephemeral, strict=True) if not e]
-            if flagged:
-                pipe.sadd(codec.ephemeral_key(self.ns), *flagged)
-            if plain:
-                pipe.srem(codec.ephemeral_key(self.ns), *plain)
-        await self._call(pipe.execute())
+        stamp = codec.encode_stamp(time.time() if now is None else now).encode()
+        args = [
+            codec.sub_key(self.ns, "").encode(),
+            codec.subs_key(self.ns).encode(),
+            codec.ephemeral_key(self.ns).encode(),
+            stamp,
+        ]
+        flags = ephemeral if ephemeral is not None else [None] * len(items)
+        for (sub, shards), e in zip(items, flags, strict=True):
+            args += (
+                sub.id.encode(),
+                codec.encode_subscription(sub).encode(),
+                codec.encode_shards(shards).encode(),
+                b"-" if e is None else b"1" if e else b"0",
+            )
+        await self.eval_packed(PUT_SCRIPT, args)
 
     async def ephemeral_ids(self) -> set[str]:
         return {i.decode() for i in await self._call(self.r.smembers(codec.ephemeral_key(self.ns)))}

@@ -154,9 +154,7 @@ class ShardState:
         _validate_subscriptions(subs)
         tags = _validate_tags(tags, len(subs))
         updates = self._advance_checked(now)
-        tree = self.tree
-        for sub in subs:
-            updates += tree.subscribe(sub)
+        updates += self.tree.subscribe_many(subs)
         self._set_tags([s.id for s in subs], tags if tags is not None else [-1] * len(subs))
         return updates
 

@@ -74,13 +74,15 @@ class ShardVersusOracle(RuleBasedStateMachine):
     def _pick(self, rng: random.Random, k: int) -> list[str]:
         return [rng.choice(sorted(self.mirror.subs)) for _ in range(k)] if self.mirror.subs else []
 
-    @rule(seed=st.integers(0, 2**32 - 1), k=st.integers(1, 4), dt=st.sampled_from([0.0, 0.5, 3.0]))
+    @rule(seed=st.integers(0, 2**32 - 1), k=st.integers(1, 8), dt=st.sampled_from([0.0, 0.5, 3.0]))
     def subscribe_batch(self, seed, k, dt):
         rng = random.Random(seed)
         subs = []
         for _ in range(k):
             if self.mirror.subs and rng.random() < 0.3:  # a replacement
                 sid = rng.choice(sorted(self.mirror.subs))
+            elif subs and rng.random() < 0.15:  # an id new to the shard, given again
+                sid = rng.choice(subs).id
             else:
                 sid = f"s{self.n}"
                 self.n += 1

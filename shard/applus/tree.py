@@ -46,7 +46,7 @@ from shard.aptree.layout import (
     P_MOVE_COST,
     P_MSG_RATE,
 )
-from shard.aptree.maintain import delete_clauses, insert_clauses
+from shard.aptree.maintain import delete_clauses, insert_clause_groups, insert_clauses
 from shard.aptree.match import pack_terms, traverse_kernel
 from shard.aptree.tree import APTree, EncodedMessages
 from shard.errors import ValidationError
@@ -373,6 +373,57 @@ class APPlusTree(APTree):
         self._finish(np.concatenate((todo_old, todo)))
         return updates
 
+    def subscribe_many(
+        self, subs: Sequence[Subscription], now: float | None = None
+    ) -> list[Update]:
+        """``subscribe`` each of ``subs`` in order, with the same updates. New ids go into the
+        tree together: one compiled insert for all their clauses, each one's (s, +m) found over
+        the leaves it reached, the nodes to rebuild rebuilt once. A replacement (an id present,
+        or given twice) goes through ``subscribe``."""
+        updates = self.advance(now) if now is not None else []
+        fresh: list[Subscription] = []
+        seen: set[str] = set()
+        for sub in subs:
+            if sub.id in self.store.slot_of or sub.id in seen:
+                updates += self._add_fresh(fresh)
+                fresh, seen = [], set()
+                updates += self.subscribe(sub)
+            else:
+                fresh.append(sub)
+                seen.add(sub.id)
+        updates += self._add_fresh(fresh)
+        return updates
+
+    def _add_fresh(self, subs: list[Subscription]) -> list[Update]:
+        """Subscriptions whose ids are not in the tree (and distinct): their updates."""
+        if not subs:
+            return []
+        st = self.store
+        slots = np.empty(len(subs), np.int64)
+        parts = []
+        for i, sub in enumerate(subs):
+            slots[i], clauses = st.add(sub)
+            parts.append(clauses)
+        st.last_t[slots] = self.now
+        off = np.zeros(len(subs) + 1, np.int64)
+        np.cumsum([len(p) for p in parts], out=off[1:])
+        self._sync()
+        T, todo, reached, reached_off, created = insert_clause_groups(
+            self._tree, st.columns(), self._params, np.concatenate(parts), off
+        )
+        self._tree = T
+        self._sync()
+        if created.size:
+            self._mt = repair_created(self._tree, self._mt, self.msgs.columns(), created)
+        updates: list[Update] = []
+        if len(self.msgs):  # no live message: nothing to add
+            for i, sub in enumerate(subs):
+                leaves = reached[reached_off[i] : reached_off[i + 1]]
+                diff = self._diff(leaves, None, self._form(int(slots[i])))
+                updates += self._updates(sub.id, diff)
+        self._finish(todo, len(subs))
+        return updates
+
     def move(self, sub_id: str, point: Point, now: float) -> list[Update]:
         """Re-centre a moving subscription's region on ``point`` (a rect keeps its size, clamped
         to the world; a circle its radius): -m for each message lost, +m for each gained (Alg. 6)."""
@@ -442,10 +493,10 @@ class APPlusTree(APTree):
         st.upd_dt[s] = np.where(known, 0.5 * st.upd_dt[s] + 0.5 * dt, dt)
         st.last_t[slots] = self.now
 
-    def _finish(self, todo: np.ndarray) -> None:
+    def _finish(self, todo: np.ndarray, n: int = 1) -> None:
         if todo.size:
             self._rebuild_nodes(np.unique(todo))
-        self._housekeeping()
+        self._housekeeping(n)
 
     def region_of(self, slot: int) -> Rect | Circle:
         st = self.store

@@ -524,6 +524,27 @@ def insert_clauses(T, S, params, clauses):
 
 
 @njit(cache=True)
+def insert_clause_groups(T, S, params, clauses, group_off):
+    """Insert the clauses of several subscriptions: group g is ``clauses[group_off[g] :
+    group_off[g + 1]]``. Returns (tree, nodes to rebuild, leaves reached in order with their
+    offsets per group (``reached[reached_off[g] : reached_off[g + 1]]``), leaves created): one
+    compiled call for a batch of subscribes, each one's leaves kept apart for its ± updates."""
+    todo = int_list()
+    touched = int_list()
+    created = int_list()
+    n = group_off.shape[0] - 1
+    reached_off = np.zeros(n + 1, np.int64)
+    for g in range(n):
+        for i in range(group_off[g], group_off[g + 1]):
+            T = _route(T, S, params, clauses[i], 1, todo, touched, created)
+        reached_off[g + 1] = len(touched)
+    reached = np.empty(len(touched), np.int64)
+    for i in range(len(touched)):
+        reached[i] = touched[i]
+    return T, _unique_todo(todo), reached, reached_off, _unique_todo(created)
+
+
+@njit(cache=True)
 def delete_clauses(T, S, params, clauses):
     """Delete clause ids. Returns (tree, nodes to rebuild or collapse, leaves reached)."""
     todo = int_list()

@@ -269,11 +269,12 @@ class APTree:
         )
         self._tree = T
 
-    def _housekeeping(self) -> None:
-        """After an update: every ``HOUSEKEEPING_EVERY`` updates, compact the pools if garbage
+    def _housekeeping(self, n: int = 1) -> None:
+        """After ``n`` updates: every ``HOUSEKEEPING_EVERY`` updates, compact the pools if garbage
         dominates and refresh the KL size floor (0.1 % of the entries)."""
-        self._n_updates += 1
-        if self._n_updates % HOUSEKEEPING_EVERY == 0:
+        before = self._n_updates
+        self._n_updates += n
+        if self._n_updates // HOUSEKEEPING_EVERY != before // HOUSEKEEPING_EVERY:
             self._compact_if_needed()
             self._update_kl_min()
 
