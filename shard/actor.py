@@ -32,10 +32,13 @@ lock: calls from Ray and from the channel never interleave.
 
 from __future__ import annotations
 
+import collections
 import functools
+import logging
 import os
 import pickle
 import threading
+import time
 import uuid
 import warnings
 from collections.abc import Callable, Sequence
@@ -50,6 +53,13 @@ from shard.model import Message, Point, Subscription, subscriptions_from_rows
 from shard.ops import PICKLE_PROTOCOL, apply_ops, loads_ops
 from shard.state import ShardState, Update
 from shard.warmup import warm_up_shard
+
+log = logging.getLogger(__name__)
+
+SLOW_ROUND_S = 0.1
+"""A round that takes the shard longer is logged (to the actor's stderr): its operations by
+kind and the subtrees it rebuilt. A shard's long call stalls every round behind it, which shows
+as a latency spike at the subscribers (docs/RELIABILITY.md, soak-18)."""
 
 DEFAULT_MAX_RESTARTS = -1
 """Restart a dead shard without limit: its state is always rebuildable (Redis + snapshot)."""
@@ -154,14 +164,32 @@ class ShardActor:
     def apply(self, ops: Sequence[tuple], now: float) -> tuple[list[Update], list, Any]:
         """One coordinator round: advance to ``now``, then the operations in order
         (``shard.ops.apply_ops``)."""
-        return apply_ops(self._live(), ops, now)
+        return self._timed_round(ops, now)
 
     @_locked
     def apply_pickled(self, ops: bytes, now: float) -> bytes:
         """``apply`` with the operations pickled by the caller (``shard.ops.dumps_ops``) and
         the result pickled here (the C pickler: about 2.5x faster than the cloudpickle Ray
         would use for the same objects)."""
-        return pickle.dumps(apply_ops(self._live(), loads_ops(ops), now), PICKLE_PROTOCOL)
+        return pickle.dumps(self._timed_round(loads_ops(ops), now), PICKLE_PROTOCOL)
+
+    def _timed_round(self, ops: Sequence[tuple], now: float):
+        state = self._live()
+        rebuilt = state.rebuilds
+        t0 = time.perf_counter()
+        out = apply_ops(state, ops, now)
+        took = time.perf_counter() - t0
+        if took > SLOW_ROUND_S:
+            kinds = collections.Counter(op[0] for op in ops if isinstance(op, tuple) and op)
+            log.warning(
+                "shard %d: a round took %.0f ms: %s; %d subtrees rebuilt; %d live messages",
+                self._shard_id,
+                1000 * took,
+                ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "no operations",
+                state.rebuilds - rebuilt,
+                state.live_messages,
+            )
+        return out
 
     @_locked
     def channel(self) -> tuple[str, int, bytes]:

@@ -348,6 +348,15 @@ class ShardState:
     def __len__(self) -> int:
         return len(self.tree)
 
+    @property
+    def rebuilds(self) -> int:
+        """Subtrees the index has rebuilt so far (splits, KL reconstructions, collapses)."""
+        return self.tree.rebuilds
+
+    @property
+    def live_messages(self) -> int:
+        return len(self.tree.msgs)
+
     def stats(self) -> dict[str, Any]:
         """Counts for monitoring: subscriptions, moving ones, live messages, the tree's node and
         list statistics. O(subscriptions) (the moving count), so not for every request."""

@@ -147,3 +147,28 @@ def test_actor_body_is_the_plain_state_outside_ray():
     assert body.info()["needs_rebuild"] is False
     assert body.load([Subscription("a", (("x",),), Rect(0, 0, 1, 1))], 0.0) == 1
     assert body.publish_batch([Message("m", ("x",), Point(0, 0))], 1.0) == [("a", "+", "m")]
+
+
+def test_a_slow_round_is_logged_with_what_it_did(monkeypatch, caplog):
+    """A round over ``SLOW_ROUND_S`` is logged with its operations by kind and the subtrees it
+    rebuilt; a quick one is not."""
+    import logging
+
+    import shard.actor
+
+    body = ShardActor(2, {"theta_p": 4})
+    subs = [Subscription(f"s{i}", ((f"t{i % 7}",),), Rect(i, 0, i + 1, 1)) for i in range(40)]
+    body.load(subs[:1], 0.0)
+    ops = [("sub", s, i) for i, s in enumerate(subs[1:])] + [
+        ("pub", Message("m", ("t1",), Point(1.5, 0.5)))
+    ]
+    with caplog.at_level(logging.WARNING, logger="shard.actor"):
+        body.apply([("unsub", "s0")], 1.0)
+        assert caplog.records == []
+        monkeypatch.setattr(shard.actor, "SLOW_ROUND_S", 0.0)
+        body.apply(ops, 2.0)
+    (rec,) = caplog.records
+    text = rec.getMessage()
+    assert text.startswith("shard 2: a round took ") and "ms: 1 pub, 39 sub; " in text, text
+    rebuilt = int(text.split("; ")[1].split()[0])
+    assert rebuilt > 0 and text.endswith("subtrees rebuilt; 0 live messages"), text

@@ -269,6 +269,11 @@ class APTree:
         )
         self._tree = T
 
+    @property
+    def rebuilds(self) -> int:
+        """Subtrees rebuilt so far (leaf splits, KL reconstructions, collapses)."""
+        return int(self._tree[10][C_REBUILDS])
+
     def _housekeeping(self, n: int = 1) -> None:
         """After ``n`` updates: every ``HOUSEKEEPING_EVERY`` updates, compact the pools if garbage
         dominates and refresh the KL size floor (0.1 % of the entries)."""
