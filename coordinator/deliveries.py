@@ -243,18 +243,34 @@ class Deliveries:
         record chained to the subscription's previous one), the messages they name."""
         tab = self.slots
         ds = slots[d]
-        order = np.argsort(ds, kind="stable")
+        # by subscription, in delivery order within each: the position breaks ties, so a plain
+        # sort of unique keys does what a stable one would (numpy's stable sort of ints was
+        # ~5x slower on a round's ~10,000)
+        if ds.size < 1 << 24:  # slots < 2**39
+            order = np.argsort((ds << 24) | np.arange(ds.size), kind="quicksort")
+        else:
+            order = np.argsort(ds, kind="stable")
         ds = ds[order]
-        u, first, counts = np.unique(ds, return_index=True, return_counts=True)
+        # runs of one subscription in the sorted slots (np.unique would sort them again)
+        starts = np.empty(ds.size, bool)
+        starts[:1] = True
+        np.not_equal(ds[1:], ds[:-1], out=starts[1:])
+        first = np.flatnonzero(starts)
+        u = ds[first]
+        counts = np.diff(first, append=ds.size)
         recs = np.empty(u.size, SREC)
         recs["prev"] = tab.head[u]
-        recs["first"] = seqs[d][order][first]
+        recs["first"] = seqs[d[order[first]]]
         recs["count"] = counts
         recs["start"] = first
         tab.head[u] = n
-        midx = np.array(rnd.midx, np.int64)[d][order]
-        used, local = np.unique(midx, return_inverse=True)
+        midx = np.asarray(rnd.midx, np.int64)[d[order]]
+        # the round's messages these deliveries name, renumbered densely (no sort: midx < mids)
         mids, payloads = rnd.mids, rnd.payloads
+        present = np.zeros(len(mids), bool)
+        present[midx] = True
+        used = np.flatnonzero(present)
+        local = (np.cumsum(present) - 1)[midx]
         msgs = [message_record(mids[k], payloads.get(mids[k], b"")) for k in used.tolist()]
         dir_, doff = directory(tab.pool, tab.poff, tab.plen, u)
         return encode_round(

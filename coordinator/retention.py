@@ -218,10 +218,13 @@ def directory_of(ids: Sequence[bytes]) -> tuple[bytes, np.ndarray]:
     return b"\n" + b"\n".join(ids) + b"\n", doff
 
 
+_ID_LEN = struct.Struct("<H")
+
+
 def message_record(msg_id: str, payload: bytes) -> bytes:
     """A message as a blob's MSGS holds it."""
     b = msg_id.encode()
-    return struct.pack("<H", len(b)) + b + payload
+    return _ID_LEN.pack(len(b)) + b + payload
 
 
 @dataclass(slots=True)
