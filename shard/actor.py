@@ -182,7 +182,8 @@ class ShardActor:
         if took > SLOW_ROUND_S:
             kinds = collections.Counter(op[0] for op in ops if isinstance(op, tuple) and op)
             log.warning(
-                "shard %d: a round took %.0f ms: %s; %d subtrees rebuilt; %d live messages",
+                "%s shard %d: a round took %.0f ms: %s; %d subtrees rebuilt; %d live messages",
+                time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(time.time() - took)),
                 self._shard_id,
                 1000 * took,
                 ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "no operations",
