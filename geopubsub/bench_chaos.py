@@ -1302,9 +1302,33 @@ def _validate(args) -> None:
         raise ValidationError("--duration", args.duration, f"must be > {LEAD_S + TAIL_S:g}")
     if (args.subs is None) != (args.msgs is None):
         raise ValidationError("--subs/--msgs", str(args.subs or args.msgs), "give both or neither")
-    for path in (args.subs, args.msgs):
+    check_files("--subs/--msgs", (args.subs, args.msgs))
+
+
+def check_files(flag: str, paths) -> None:
+    """ValidationError naming ``flag`` for the first of ``paths`` given (not None) that does not
+    exist."""
+    for path in paths:
         if path is not None and not path.exists():
-            raise ValidationError("--subs/--msgs", str(path), "no such file")
+            raise ValidationError(flag, str(path), "no such file")
+
+
+@contextlib.contextmanager
+def stopped_at_exit(data_dir: Path, say: Callable[[str], None]):
+    """Stop the local cluster of ``data_dir`` when the block ends, on error and Ctrl-C too (a
+    cluster half started included)."""
+    from deploy import local
+
+    try:
+        yield
+    finally:
+        say("cluster       stopping ...")
+        local.down(data_dir, out=io.StringIO())
+
+
+def say(text: str) -> None:
+    """A bench's progress line, on stderr (stdout keeps the report)."""
+    print(text, file=sys.stderr, flush=True)
 
 
 def run(args) -> int:

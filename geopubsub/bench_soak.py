@@ -26,7 +26,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -392,26 +392,21 @@ def _validate(args) -> None:
         raise ValidationError("--subs", None, "required with --target")
     if (args.subs is None) != (args.msgs is None):
         raise ValidationError("--subs/--msgs", str(args.subs or args.msgs), "give both or neither")
-    for path in (args.subs, args.msgs):
-        if path is not None and not path.exists():
-            raise ValidationError("--subs/--msgs", str(path), "no such file")
+    from geopubsub.bench_chaos import check_files
 
-
-def _say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
+    check_files("--subs/--msgs", (args.subs, args.msgs))
 
 
 def run(args) -> int:
     from deploy import local
     from deploy.local import sigterm_as_interrupt
-    from geopubsub.bench_chaos import read_workload, register_workload, start_supervised
+    from geopubsub.bench_chaos import read_workload, register_workload, say, start_supervised
     from shard.heap import freeze_long_lived
     from shard.runtime import hand_over_promptly
 
     _validate(args)
     data_dir = Path(args.data_dir)
     started = False
-    say: Callable[[str], None] = _say
     try:
         with sigterm_as_interrupt():
             try:

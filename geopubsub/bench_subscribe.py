@@ -21,11 +21,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import io
 import json
 import os
 import statistics
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -227,6 +225,7 @@ def register(kinds: argparse._SubParsersAction) -> None:
 
 def _validate(args) -> None:
     from coordinator.convert import MAX_SUBSCRIBE_BATCH
+    from geopubsub.bench_chaos import check_files
 
     for b in args.batch:
         if not 1 <= b <= MAX_SUBSCRIBE_BATCH:
@@ -243,25 +242,17 @@ def _validate(args) -> None:
             f"{args.rate}/{args.latency_duration}",
             "must be > 0 / >= 0",
         )
-    for path in (args.subs, args.base):
-        if path is not None and not path.exists():
-            raise ValidationError("--subs/--base", str(path), "no such file")
-
-
-def _say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
+    check_files("--subs/--base", (args.subs, args.base))
 
 
 def run(args) -> int:
-    from deploy import local
     from deploy.local import sigterm_as_interrupt
-    from geopubsub.bench_chaos import start_supervised
+    from geopubsub.bench_chaos import say, start_supervised, stopped_at_exit
     from geopubsub.register import bulk_load
     from shard.workload import read_subscriptions
 
     _validate(args)
     data_dir = Path(args.data_dir)
-    say = _say
     if args.subs is None:
         from geopubsub.gen import generate
 
@@ -275,29 +266,20 @@ def run(args) -> int:
     if not subs:
         raise ValidationError("--subs", str(args.subs), "no subscriptions")
     say(f"workload      {len(subs):,} subscriptions ({args.subs}), base {args.base or 'none'}")
-    started = False
     try:
-        with sigterm_as_interrupt():
-            try:
-                say(f"cluster       starting in {data_dir} (supervised, detached) ...")
-                started = True
-                cluster = start_supervised(data_dir, args.shards)
-                say(f"              SERVING at {cluster.target}")
-                base = None
-                if args.base is not None:
-                    from geopubsub.bench_e2e import _settle
+        with sigterm_as_interrupt(), stopped_at_exit(data_dir, say):
+            say(f"cluster       starting in {data_dir} (supervised, detached) ...")
+            cluster = start_supervised(data_dir, args.shards)
+            say(f"              SERVING at {cluster.target}")
+            base = None
+            if args.base is not None:
+                from geopubsub.bench_e2e import _settle
 
-                    base = bulk_load(args.base, cluster, say)
-                    _settle(cluster.redis_url)
-                res = run_phases(cluster.target, data_dir, subs, args, say)
-            except KeyboardInterrupt:
-                say("interrupted")
-                return 130
-            finally:
-                if started:
-                    say("cluster       stopping ...")
-                    local.down(data_dir, out=io.StringIO())
+                base = bulk_load(args.base, cluster, say)
+                _settle(cluster.redis_url)
+            res = run_phases(cluster.target, data_dir, subs, args, say)
     except KeyboardInterrupt:
+        say("interrupted")
         return 130
     r = {"subscriptions": len(subs), "base": base and base["registered"], **res}
     if args.json:
