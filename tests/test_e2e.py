@@ -27,6 +27,9 @@ from tests.workloads import random_message, random_subscription
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ray]
 
+SHARD_DEADLINE_S = 120.0
+"""Shard calls are bounded (half of this) far above what any round of these tests takes."""
+
 
 @pytest.fixture(scope="module")
 def redis_url(tmp_path_factory):
@@ -55,7 +58,8 @@ class Cluster:
         def factory(k: int):
             actor = make_shard_actor(k)
             self.actors.append(actor)
-            return RayShard(k, actor)
+            # bounded, so that a shard that never answers fails the test instead of hanging it
+            return RayShard(k, actor, deadline_s=SHARD_DEADLINE_S)
 
         self.server, self.port, self.app = await create_server(self.settings, factory)
         self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{self.port}")
