@@ -20,6 +20,12 @@ from shard.runtime import hand_over_promptly
 
 log = logging.getLogger("coordinator")
 
+SHARD_NICENESS = 0
+"""The nice value of the shard actors on a local Ray. Ray starts its workers at 15 by default, so
+whenever the two cores are busy (an AOF rewrite, a collection, the clients) the shards, which
+every round waits for, lost the CPU to the coordinator and Redis. ``RAY_worker_niceness`` in
+the environment wins; a joined cluster (``--ray-address``) keeps its own setting."""
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m coordinator", description=__doc__)
@@ -43,7 +49,8 @@ async def serve(settings) -> None:
     if settings.ray_address:
         ray.init(address=settings.ray_address, include_dashboard=False, log_to_driver=False)
     elif not ray.is_initialized():
-        ray.init(include_dashboard=False, log_to_driver=False)
+        config = {} if "RAY_worker_niceness" in os.environ else {"worker_niceness": SHARD_NICENESS}
+        ray.init(include_dashboard=False, log_to_driver=False, _system_config=config)
 
     def factory(k: int) -> RayShard:
         actor = make_shard_actor(k, max_restarts=settings.shard_max_restarts)

@@ -344,11 +344,23 @@ def test_subscribe_follow_prints_deliveries_until_ctrl_c(server, tmp_path):
 
 # ---- end to end with the real coordinator ----------------------------------------------------
 @pytest.mark.e2e
+def _is_shard(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().startswith(b"ray::ShardActor")
+    except OSError:
+        return False
+
+
 def test_up_detached_status_down_with_the_real_coordinator(tmp_path):
     from deploy import local
     from deploy.processes import alive, session_members
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GEOPUBSUB_")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("GEOPUBSUB_") and k != "RAY_worker_niceness"
+    }
     cli = [sys.executable, "-m", "geopubsub.cli"]
     where = ["--data-dir", str(tmp_path)]
 
@@ -367,6 +379,10 @@ def test_up_detached_status_down_with_the_real_coordinator(tmp_path):
         assert status.returncode == 0, status.stdout + status.stderr
         assert f"{target}: SERVING" in status.stdout
         assert "shard 1:" in status.stdout
+        # the shards run at the coordinator's priority, not Ray's default nice 15 for workers
+        shards = [p for p in session_members(manifest["coordinator"]["pid"]) if _is_shard(p)]
+        assert len(shards) == 2
+        assert [os.getpriority(os.PRIO_PROCESS, p) for p in shards] == [0, 0]
 
         subscribe = geopubsub(
             "subscribe", "--id", "s1", "--keywords", "ipad", "--rect", "-10", "-10", "10", "10"
