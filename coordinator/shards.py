@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import pickle
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -18,8 +17,9 @@ from typing import Any
 from shard.channel import Channel
 from shard.errors import GeoPubSubError, ShardDeadError, UnavailableError
 from shard.model import Subscription, subscriptions_to_rows
-from shard.ops import apply_ops, dumps_ops
+from shard.ops import apply_ops
 from shard.state import ShardState
+from shard.wire import dumps_ops, loads_result
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +103,8 @@ class RayShard:
                     if self._channel is fut and not channel.broken:  # timed out: the rounds
                         await self._drop_channel()  # behind it fail at once
                     raise
-                return pickle.loads(answer)
-        return pickle.loads(await self._call(self.actor.apply_pickled.remote(data, now)))
+                return loads_result(answer)
+        return loads_result(await self._call(self.actor.apply_wire.remote(data, now)))
 
     def _failed(self, fut: asyncio.Future) -> bool:
         """Whether a new channel should be opened instead of the one ``fut`` gave."""

@@ -36,7 +36,6 @@ import collections
 import functools
 import logging
 import os
-import pickle
 import threading
 import time
 import uuid
@@ -50,9 +49,10 @@ from shard.channel import ChannelServer
 from shard.errors import UnavailableError, ValidationError
 from shard.heap import GcPauses, freeze_long_lived
 from shard.model import Message, Point, Subscription, subscriptions_from_rows
-from shard.ops import PICKLE_PROTOCOL, apply_ops, loads_ops
+from shard.ops import apply_ops
 from shard.state import ShardState, Update
 from shard.warmup import warm_up_shard
+from shard.wire import dumps_result, loads_ops
 
 log = logging.getLogger(__name__)
 
@@ -167,11 +167,10 @@ class ShardActor:
         return self._timed_round(ops, now)
 
     @_locked
-    def apply_pickled(self, ops: bytes, now: float) -> bytes:
-        """``apply`` with the operations pickled by the caller (``shard.ops.dumps_ops``) and
-        the result pickled here (the C pickler: about 2.5x faster than the cloudpickle Ray
-        would use for the same objects)."""
-        return pickle.dumps(self._timed_round(loads_ops(ops), now), PICKLE_PROTOCOL)
+    def apply_wire(self, ops: bytes, now: float) -> bytes:
+        """``apply`` with the operations and the answer as ``shard.wire`` bytes (msgpack: what
+        the channel carries, and cheaper than the cloudpickle Ray would use for the objects)."""
+        return dumps_result(self._timed_round(loads_ops(ops), now))
 
     def _timed_round(self, ops: Sequence[tuple], now: float):
         state = self._live()
@@ -198,7 +197,7 @@ class ShardActor:
         on the first call on this node's address."""
         if self._channel is None:
             self._channel = ChannelServer(
-                ray.util.get_node_ip_address(), self.apply_pickled, lock=self._lock
+                ray.util.get_node_ip_address(), self.apply_wire, lock=self._lock
             )
         return (*self._channel.address, self._channel.token)
 

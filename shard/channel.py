@@ -2,18 +2,23 @@
 
 Every Ray actor call costs ~0.5 ms of CPU in the caller and ~0.4 ms in the actor here; at a
 few hundred rounds a second per shard that was a third of a core, more than the matching
-itself. So the rounds (``ShardActor.apply_pickled``'s bytes) go over a TCP connection that the
+itself. So the rounds (``ShardActor.apply_wire``'s bytes) go over a TCP connection that the
 actor opens on request (``ShardActor.channel``, itself a Ray call): the actor stays a Ray actor
 (created, restarted and loaded through Ray), only its hot path skips Ray's task machinery.
 
 Protocol (one connection, calls answered in the order sent):
 
-* the client first sends the ``TOKEN_BYTES`` token the actor handed out through Ray (a
-  connection that sends anything else is closed: the port takes pickles only from whoever
-  could make Ray calls);
+* a handshake in which the ``TOKEN_BYTES`` token the actor handed out through Ray never
+  crosses the network: the server sends a random challenge, the client answers with its own
+  challenge and the HMAC-SHA256 of both under the token, and the server proves it holds the
+  token the same way. A connection that has not authenticated within ``AUTH_TIMEOUT_S``, or
+  answers wrongly, is closed; at most ``MAX_CONNECTIONS`` are open at once;
 * request: ``!Id`` (payload length, ``now``) then the payload;
-* answer: ``!BI`` (``OK`` or ``FAILED``, length) then the pickled result, or for a failed call
-  the error text (the caller raises ``UnavailableError``: the shard is then rebuilt).
+* answer: ``!BI`` (``OK`` or ``FAILED``, length) then the answer, or for a failed call the
+  error text (the caller raises ``UnavailableError``: the shard is then rebuilt).
+
+Payloads are ``shard.wire`` bytes (msgpack), never pickles: whatever arrives, the worst it can
+do is be refused. Requests are at most ``MAX_REQUEST_BYTES``.
 
 ``ChannelServer`` runs in the actor on threads (one per connection), calling ``handler``
 under the actor's lock; ``Channel`` is the coordinator's asyncio end.
@@ -30,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import hashlib
 import hmac
 import logging
 import secrets
@@ -43,10 +49,24 @@ from shard.errors import UnavailableError
 log = logging.getLogger(__name__)
 
 TOKEN_BYTES = 32
+NONCE_BYTES = 32
+AUTH_TIMEOUT_S = 2.0
+"""A connection that has not authenticated within this is closed."""
+MAX_CONNECTIONS = 16
+"""Connections a shard keeps open at once (the coordinator uses one); more are closed at once."""
+MAX_REQUEST_BYTES = 1 << 30
+"""A request announcing more is refused and its connection closed."""
+_CLIENT, _SERVER = b"geopubsub channel client", b"geopubsub channel server"
 _REQUEST = struct.Struct("!Id")
 _ANSWER = struct.Struct("!BI")
 OK, FAILED = 0, 1
 FENCED = b"the shard was loaded again since this connection opened; reconnect"
+
+
+def proof(token: bytes, role: bytes, first: bytes, second: bytes) -> bytes:
+    """What a side sends to show it holds ``token``: HMAC-SHA256 of its role and both challenges
+    (the other side's first), so that no answer can be replayed or reflected."""
+    return hmac.digest(token, role + first + second, hashlib.sha256)
 
 
 def _read_exactly(sock: socket.socket, n: int) -> bytes | None:
@@ -79,6 +99,7 @@ class ChannelServer:
         self.epoch = 0
         """Raised by ``fence``; a connection serves only while it equals the one it opened in."""
         self.token = secrets.token_bytes(TOKEN_BYTES)
+        self._open = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self._sock = socket.create_server((host, 0))
         self.address = (host, self._sock.getsockname()[1])
         threading.Thread(target=self._accept, name="shard-channel", daemon=True).start()
@@ -89,15 +110,42 @@ class ChannelServer:
                 conn, _ = self._sock.accept()
             except OSError:  # closed
                 return
+            if not self._open.acquire(blocking=False):
+                log.warning("shard channel: %d connections open, one more refused", MAX_CONNECTIONS)
+                conn.close()
+                continue
             threading.Thread(
                 target=self._serve, args=(conn,), name="shard-channel-conn", daemon=True
             ).start()
 
+    def _authenticated(self, conn: socket.socket) -> bool:
+        """The handshake (module docstring) within ``AUTH_TIMEOUT_S``."""
+        try:
+            conn.settimeout(AUTH_TIMEOUT_S)
+            challenge = secrets.token_bytes(NONCE_BYTES)
+            conn.sendall(challenge)
+            answer = _read_exactly(conn, NONCE_BYTES + TOKEN_BYTES)
+            if answer is None:
+                return False
+            theirs, mac = answer[:NONCE_BYTES], answer[NONCE_BYTES:]
+            if not hmac.compare_digest(mac, proof(self.token, _CLIENT, challenge, theirs)):
+                return False
+            conn.sendall(proof(self.token, _SERVER, theirs, challenge))
+            conn.settimeout(None)
+            return True
+        except OSError:  # timed out or gone
+            return False
+
     def _serve(self, conn: socket.socket) -> None:
+        try:
+            self._serve_authenticated(conn)
+        finally:
+            self._open.release()
+
+    def _serve_authenticated(self, conn: socket.socket) -> None:
         with conn:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            token = _read_exactly(conn, TOKEN_BYTES)
-            if token is None or not hmac.compare_digest(token, self.token):
+            if not self._authenticated(conn):
                 return
             with self.lock:
                 epoch = self.epoch
@@ -107,6 +155,8 @@ class ChannelServer:
                     if head is None:
                         return
                     n, now = _REQUEST.unpack(head)
+                    if n > MAX_REQUEST_BYTES:
+                        return
                     payload = _read_exactly(conn, n)
                     if payload is None:
                         return
@@ -160,7 +210,17 @@ class Channel:
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        writer.write(token)
+        try:
+            theirs = await reader.readexactly(NONCE_BYTES)
+            ours = secrets.token_bytes(NONCE_BYTES)
+            writer.write(ours + proof(token, _CLIENT, theirs, ours))
+            mac = await reader.readexactly(TOKEN_BYTES)
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            writer.close()
+            raise UnavailableError(f"{name} refused the channel at {address}: {exc!r}") from None
+        if not hmac.compare_digest(mac, proof(token, _SERVER, ours, theirs)):
+            writer.close()
+            raise UnavailableError(f"{name} at {address} does not hold the channel's token")
         return cls(reader, writer, name)
 
     @property

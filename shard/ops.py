@@ -1,6 +1,6 @@
 """One round of a shard's work: the coordinator's operations applied in order, in batches.
 
-An operation is a plain tuple (picklable, no protobuf):
+An operation is a plain tuple (no protobuf; ``shard.wire`` carries it to a shard actor):
 
     ("pub", Message)          how many subscriptions match (each gets +m); their tags are in
                               the round's tag array, publish after publish
@@ -36,20 +36,16 @@ a run never holds two operations on the same subscription (or message), so the s
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Sequence
 
 import numpy as np
 
 from shard.errors import NotFoundError, ValidationError
-from shard.model import Message, Point, Rect
 from shard.state import ShardState
 
 Update = tuple[str, str, str]
 
 _KINDS = ("pub", "sub", "unsub", "detach", "move")
-PICKLE_PROTOCOL = 5
-"""Rounds cross to shard actors pickled by the caller (``ShardActor.apply_pickled``)."""
 
 
 Expired = tuple[list[str], np.ndarray, np.ndarray]
@@ -111,39 +107,6 @@ def _apply_run(state, kind, run, keys, out, tags, now) -> None:
         ups = state.move_batch([(op[1], op[2]) for op in run], now)
     for u in ups:
         out[keys[u[0]]].append(u)
-
-
-def dumps_ops(ops: Sequence[tuple]) -> bytes:
-    """A round's operations as the bytes ``ShardActor.apply_pickled`` takes (``loads_ops``):
-    a publish travels as plain values, (id, terms, location, ttl), not as objects (a third of
-    the pickling work; a shard needs nothing else of a message: the coordinator keeps what was
-    published).
-
-    >>> from shard.model import Message, Rect
-    >>> m = Message("m", ("x",), Rect(0, 0, 1, 1), 5.0, ("X",))
-    >>> loads_ops(dumps_ops([("pub", m), ("unsub", "s")]))
-    [('pub', Message(id='m', terms=('x',), location=Rect(min_lon=0, min_lat=0, max_lon=1, max_lat=1), ttl=5.0, keywords=(), text=None)), ('unsub', 's')]
-    """
-    wire = [
-        (_WIRE_PUB, op[1].id, op[1].terms, op[1].location.__reduce__()[1], op[1].ttl)
-        if op[0] == "pub"
-        else op
-        for op in ops
-    ]
-    return pickle.dumps(wire, PICKLE_PROTOCOL)
-
-
-def loads_ops(data: bytes) -> list[tuple]:
-    """The operations ``dumps_ops`` wrote."""
-    return [
-        ("pub", Message(op[1], op[2], Point(*op[3]) if len(op[3]) == 2 else Rect(*op[3]), op[4]))
-        if op[0] == _WIRE_PUB
-        else op
-        for op in pickle.loads(data)
-    ]
-
-
-_WIRE_PUB = "P"
 
 
 def _key(op: tuple) -> str:

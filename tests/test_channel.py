@@ -1,18 +1,26 @@
 """The direct shard channel (``shard.channel``) over real loopback sockets: answers in order,
-a failing call fails alone, a wrong token is refused, a lost connection fails every waiting call
-with UNAVAILABLE, a fence turns older connections away; and through a real shard actor, rounds
-over the channel give what rounds over Ray calls give, and a restarted actor's channel is opened
-again."""
+a failing call fails alone, a wrong token is refused both ways and never sent, a silent or
+surplus connection is closed, a lost connection fails every waiting call with UNAVAILABLE, a
+fence turns older connections away; and through a real shard actor, rounds over the channel give
+what rounds over Ray calls give, a restarted actor's channel is opened again, and a pickle sent
+to it is refused without being run."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import pickle
+import secrets
+import socket
+import struct
+import threading
 import time
 
+import msgpack
 import pytest
 
-from shard.channel import Channel, ChannelServer
+from shard import channel as channel_mod
+from shard.channel import Channel, ChannelServer, proof
 from shard.errors import UnavailableError
 
 
@@ -21,7 +29,31 @@ def _echo(payload: bytes, now: float) -> bytes:
         raise ValueError("no such thing")
     if payload == b"slow":
         time.sleep(0.05)
-    return pickle.dumps((payload, now))
+    return msgpack.packb([payload, now])
+
+
+def _unpack(answer: bytes):
+    return tuple(msgpack.unpackb(answer, use_list=False))
+
+
+def _raw_login(address, token: bytes) -> socket.socket:
+    """A hand-made client: the handshake of ``shard.channel``, then the socket."""
+    sock = socket.create_connection(address, timeout=10)
+    challenge = _recv(sock, channel_mod.NONCE_BYTES)
+    ours = secrets.token_bytes(channel_mod.NONCE_BYTES)
+    sock.sendall(ours + proof(token, channel_mod._CLIENT, challenge, ours))
+    assert _recv(sock, 32) == proof(token, channel_mod._SERVER, ours, challenge)
+    return sock
+
+
+def _recv(sock: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            break
+        out += chunk
+    return out
 
 
 def test_calls_are_answered_in_order_and_a_failing_call_fails_alone():
@@ -33,13 +65,13 @@ def test_calls_are_answered_in_order_and_a_failing_call_fails_alone():
             ch.call(p, float(i)) for i, p in enumerate([b"slow", b"a", b"boom", b"b" * 70_000])
         ]
         got = await asyncio.gather(*calls, return_exceptions=True)
-        assert pickle.loads(got[0]) == (b"slow", 0.0)
-        assert pickle.loads(got[1]) == (b"a", 1.0)
+        assert _unpack(got[0]) == (b"slow", 0.0)
+        assert _unpack(got[1]) == (b"a", 1.0)
         assert isinstance(got[2], UnavailableError)
         assert "ValueError: no such thing" in str(got[2]) and "shard 0" in str(got[2])
-        assert pickle.loads(got[3]) == (b"b" * 70_000, 3.0)  # longer than one socket read
+        assert _unpack(got[3]) == (b"b" * 70_000, 3.0)  # longer than one socket read
         assert not ch.broken
-        assert pickle.loads(await ch.call(b"after", 4.0)) == (b"after", 4.0)
+        assert _unpack(await ch.call(b"after", 4.0)) == (b"after", 4.0)
         await ch.close()
         with pytest.raises(UnavailableError):
             await ch.call(b"closed", 5.0)
@@ -48,16 +80,67 @@ def test_calls_are_answered_in_order_and_a_failing_call_fails_alone():
     server.close()
 
 
-def test_a_wrong_token_is_refused():
+def test_a_wrong_token_is_refused_and_the_token_never_crosses_the_network():
     server = ChannelServer("127.0.0.1", _echo)
 
     async def main():
-        ch = await Channel.open(server.address, b"x" * len(server.token), "shard 1")
-        with pytest.raises(UnavailableError, match="connection lost"):
-            await asyncio.wait_for(ch.call(b"a", 1.0), 5)
-        assert ch.broken
+        with pytest.raises(UnavailableError, match="refused the channel"):
+            await Channel.open(server.address, b"x" * len(server.token), "shard 1")
 
     asyncio.run(main())
+    server.close()
+
+    # a listener that pretends to be the shard sees what a client sends, and cannot answer
+    token = secrets.token_bytes(channel_mod.TOKEN_BYTES)
+    impostor = socket.create_server(("127.0.0.1", 0))
+    seen: list[bytes] = []
+
+    def pretend():
+        conn, _ = impostor.accept()
+        with conn:
+            conn.sendall(b"c" * channel_mod.NONCE_BYTES)
+            seen.append(_recv(conn, channel_mod.NONCE_BYTES + 32))
+            conn.sendall(b"p" * 32)  # no proof: it does not hold the token
+
+    thread = threading.Thread(target=pretend)
+    thread.start()
+
+    async def client():
+        with pytest.raises(UnavailableError, match="does not hold the channel's token"):
+            await Channel.open(impostor.getsockname(), token, "shard 5")
+
+    asyncio.run(client())
+    thread.join(10)
+    impostor.close()
+    assert len(seen[0]) == channel_mod.NONCE_BYTES + 32 and token not in seen[0]
+
+
+def test_a_silent_connection_is_closed_and_connections_are_bounded(monkeypatch):
+    monkeypatch.setattr(channel_mod, "AUTH_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(channel_mod, "MAX_CONNECTIONS", 3)
+    server = ChannelServer("127.0.0.1", _echo)
+    silent = socket.create_connection(server.address, timeout=10)
+    assert len(_recv(silent, channel_mod.NONCE_BYTES)) == channel_mod.NONCE_BYTES
+    t0 = time.monotonic()
+    assert silent.recv(1) == b""  # closed by the shard, not by us
+    assert 0.4 < time.monotonic() - t0 < 5
+    silent.close()
+    logged = [_raw_login(server.address, server.token) for _ in range(3)]
+    extra = socket.create_connection(server.address, timeout=10)
+    assert extra.recv(1) == b""  # no challenge: closed at once
+    extra.close()
+    logged.pop().close()  # one gone: a new one is taken again
+    deadline = time.monotonic() + 5
+    while True:
+        again = socket.create_connection(server.address, timeout=10)
+        if again.recv(channel_mod.NONCE_BYTES):
+            break
+        again.close()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    again.close()
+    for sock in logged:
+        sock.close()
     server.close()
 
 
@@ -66,7 +149,7 @@ def test_a_lost_connection_fails_every_waiting_call():
 
     async def main():
         ch = await Channel.open(server.address, server.token, "shard 2")
-        assert pickle.loads(await ch.call(b"a", 1.0)) == (b"a", 1.0)
+        assert _unpack(await ch.call(b"a", 1.0)) == (b"a", 1.0)
         calls = [asyncio.ensure_future(ch.call(b"slow", 2.0)) for _ in range(3)]
         await asyncio.sleep(0.01)
         ch._writer.transport.abort()  # the connection drops with calls waiting
@@ -76,7 +159,7 @@ def test_a_lost_connection_fails_every_waiting_call():
         with pytest.raises(UnavailableError):
             await ch.call(b"later", 3.0)
         again = await Channel.open(server.address, server.token, "shard 2")  # a new one works
-        assert pickle.loads(await again.call(b"b", 4.0)) == (b"b", 4.0)
+        assert _unpack(await again.call(b"b", 4.0)) == (b"b", 4.0)
         await again.close()
 
     asyncio.run(main())
@@ -90,20 +173,20 @@ def test_a_fence_turns_away_the_connections_opened_before_it():
 
     def handler(payload: bytes, now: float) -> bytes:
         applied.append(payload)
-        return pickle.dumps(payload)
+        return payload
 
     server = ChannelServer("127.0.0.1", handler)
 
     async def main():
         old = await Channel.open(server.address, server.token, "shard 4")
-        assert pickle.loads(await old.call(b"before", 1.0)) == b"before"
+        assert await old.call(b"before", 1.0) == b"before"
         server.fence()
         with pytest.raises(UnavailableError, match="loaded again since this connection opened"):
             await asyncio.wait_for(old.call(b"stale", 2.0), 5)
         with pytest.raises(UnavailableError):  # and the old connection is closed
             await asyncio.wait_for(old.call(b"stale again", 3.0), 5)
         new = await Channel.open(server.address, server.token, "shard 4")
-        assert pickle.loads(await new.call(b"after", 4.0)) == b"after"
+        assert await new.call(b"after", 4.0) == b"after"
         await new.close()
         await old.close()
 
@@ -223,4 +306,42 @@ def test_a_shard_whose_port_cannot_be_reached_gets_ray_calls_and_is_retried(
         await shard.close()
 
     asyncio.run(main())
+    ray.kill(actor)
+
+
+class _Payload:
+    """A pickle that would create ``path`` when unpickled."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (os.mkdir, (self.path,))
+
+
+@pytest.mark.ray
+def test_a_pickle_sent_to_a_shard_actor_is_refused_unrun(ray_session, tmp_path):
+    """Whoever holds the token gets no code run: the shard takes ``shard.wire`` rounds only."""
+    from shard.actor import make_shard_actor
+    from shard.model import Message, Point
+    from shard.wire import dumps_ops, loads_result
+
+    ray = ray_session
+    actor = make_shard_actor(0, {"theta_p": 4})
+    ray.get(actor.load.remote([], 0.0))
+    host, port, token = ray.get(actor.channel.remote())
+    marker = tmp_path / "unpickled"
+    sock = _raw_login((host, port), token)
+    for evil in (pickle.dumps(_Payload(str(marker))), pickle.dumps([("pub", _Payload("x"))])):
+        sock.sendall(struct.pack("!Id", len(evil), 1.0) + evil)
+        status, n = struct.unpack("!BI", _recv(sock, 5))
+        text = _recv(sock, n).decode()
+        assert status == channel_mod.FAILED and "ValidationError" in text, text
+    assert not marker.exists()
+    good = dumps_ops([("pub", Message("m", ("x",), Point(0.5, 0.5)))])
+    sock.sendall(struct.pack("!Id", len(good), 2.0) + good)  # the same connection still serves
+    status, n = struct.unpack("!BI", _recv(sock, 5))
+    assert status == channel_mod.OK
+    assert loads_result(_recv(sock, n))[1] == [0]
+    sock.close()
     ray.kill(actor)

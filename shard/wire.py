@@ -1,0 +1,206 @@
+"""The bytes a round and its answer travel as between the coordinator and a shard actor.
+
+Nothing that arrives from a network is unpickled: a round (``shard.ops``' operations) and its
+answer (``apply_ops``' result) are msgpack (plain values: strings, numbers, lists, bytes), so a
+hostile peer can at worst send values the shard then refuses (``ValidationError``), never code.
+Arrays travel as raw little-endian buffers of a fixed dtype.
+
+A round is a list of operations, each a list whose first item says its kind:
+
+    ["P", id, terms, location, ttl]       publish (location: [lon, lat] or [x0, y0, x1, y1])
+    ["S", id, clauses, region, moving, keywords, expr, tag]
+                                          subscribe (region: [0, x0, y0, x1, y1] or
+                                          [1, lon, lat, radius_m], as ``subscriptions_to_rows``)
+    ["U", id] / ["D", id]                 unsubscribe / detach
+    ["M", id, lon, lat]                   move
+
+An answer is ``[expired ids, holders per id (int64), holders' tags (int32), per-operation
+results, publishes' tags (int32)]``; a per-operation result is a count (publish), a list of
+``[subscription, "+"|"-", message]`` updates, or an error ``{"e": kind, "a": args}``.
+
+>>> from shard.model import Message, Point, Rect, Subscription
+>>> s = Subscription("s", (("x",),), Rect(0.0, 0.0, 1.0, 1.0), moving=True)
+>>> ops = [("sub", s, 4), ("pub", Message("m", ("x",), Point(0.5, 0.5), 9.0)), ("unsub", "t")]
+>>> loads_ops(dumps_ops(ops)) == ops
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from shard.errors import ExpressionError, NotFoundError, ValidationError
+from shard.model import Circle, Message, Point, Rect, Subscription
+
+_OP_CODES = {"pub": "P", "sub": "S", "unsub": "U", "detach": "D", "move": "M"}
+_ERRORS: dict[str, type] = {"V": ValidationError, "X": ExpressionError, "N": NotFoundError}
+_I64 = np.dtype("<i8")
+_I32 = np.dtype("<i4")
+
+
+def _plain(value: Any) -> Any:
+    """An error's value as msgpack can carry it (its text where it is no plain value)."""
+    return value if isinstance(value, str | int | float | bool | None) else repr(value)
+
+
+def _op(op: tuple) -> list:
+    kind = op[0]
+    if kind == "pub":
+        m = op[1]
+        loc = m.location
+        xy = (
+            [loc.lon, loc.lat]
+            if type(loc) is Point
+            else [loc.min_lon, loc.min_lat, loc.max_lon, loc.max_lat]
+        )
+        return ["P", m.id, m.terms, xy, m.ttl]
+    if kind == "sub":
+        s = op[1]
+        r = s.region
+        region = (
+            [0, r.min_lon, r.min_lat, r.max_lon, r.max_lat]
+            if type(r) is Rect
+            else [1, r.lon, r.lat, r.radius_m]
+        )
+        tag = op[2] if len(op) > 2 else -1
+        return ["S", s.id, s.clauses, region, s.moving, s.keywords, s.expr, tag]
+    if kind == "move":
+        return ["M", op[1], op[2].lon, op[2].lat]
+    return [_OP_CODES[kind], op[1]]
+
+
+def dumps_ops(ops: Sequence[tuple]) -> bytes:
+    """A round's operations as bytes (``loads_ops``). A publish travels as plain values: a shard
+    needs nothing else of a message (the coordinator keeps what was published)."""
+    return msgpack.packb([_op(op) for op in ops])
+
+
+def _region(r: Sequence) -> Rect | Circle:
+    if r[0] == 0 and len(r) == 5:
+        return Rect(float(r[1]), float(r[2]), float(r[3]), float(r[4]))
+    if r[0] == 1 and len(r) == 4:
+        return Circle(float(r[1]), float(r[2]), float(r[3]))
+    raise ValidationError("region", r, "must be [0, x0, y0, x1, y1] or [1, lon, lat, radius_m]")
+
+
+def _location(xy: Sequence) -> Point | Rect:
+    if len(xy) == 2:
+        return Point(float(xy[0]), float(xy[1]))
+    if len(xy) == 4:
+        return Rect(float(xy[0]), float(xy[1]), float(xy[2]), float(xy[3]))
+    raise ValidationError("location", xy, "must be [lon, lat] or [x0, y0, x1, y1]")
+
+
+def _strings(values: Any, field: str) -> tuple[str, ...]:
+    if not isinstance(values, tuple) or not all(type(v) is str for v in values):
+        raise ValidationError(field, values, "must be a list of strings")
+    return values
+
+
+def _decode_op(i: int, w: Any) -> tuple:
+    if not isinstance(w, tuple) or not w or not isinstance(w[0], str):
+        raise ValidationError(f"ops[{i}]", w, "must be a list starting with its kind")
+    code, n = w[0], len(w)
+    if code == "P" and n == 5:
+        ttl = None if w[4] is None else float(w[4])
+        return ("pub", Message(w[1], _strings(w[2], "terms"), _location(w[3]), ttl))
+    if code == "S" and n == 8:
+        if not isinstance(w[2], tuple):
+            raise ValidationError(f"ops[{i}].clauses", w[2], "must be a list of lists")
+        clauses = tuple(_strings(c, f"ops[{i}].clauses") for c in w[2])
+        keywords = None if w[5] is None else _strings(w[5], f"ops[{i}].keywords")
+        sub = Subscription(w[1], clauses, _region(w[3]), w[4], keywords, w[6])
+        return ("sub", sub, w[7])
+    if code == "M" and n == 4:
+        return ("move", w[1], Point(float(w[2]), float(w[3])))
+    if code == "U" and n == 2:
+        return ("unsub", w[1])
+    if code == "D" and n == 2:
+        return ("detach", w[1])
+    raise ValidationError(f"ops[{i}]", w, "unknown operation or wrong length")
+
+
+def loads_ops(data: bytes) -> list[tuple]:
+    """The operations ``dumps_ops`` wrote; values of the wrong shape raise ``ValidationError``
+    (the shard validates the subscriptions and messages themselves as for any caller)."""
+    try:
+        wire = msgpack.unpackb(data, use_list=False, raw=False, strict_map_key=True)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+        raise ValidationError("ops", f"{len(data)} bytes", f"not a round: {exc}") from None
+    if not isinstance(wire, tuple):
+        raise ValidationError("ops", type(wire).__name__, "must be a list")
+    try:
+        return [_decode_op(i, w) for i, w in enumerate(wire)]
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, ValidationError):
+            raise
+        raise ValidationError("ops", "...", f"malformed operation: {exc}") from None
+
+
+def _error(exc: Exception) -> dict:
+    if isinstance(exc, NotFoundError):
+        return {"e": "N", "a": [exc.kind, exc.ident]}
+    if isinstance(exc, ValidationError):
+        code = "X" if isinstance(exc, ExpressionError) else "V"
+        return {"e": code, "a": [exc.field, _plain(exc.value), exc.reason]}
+    raise TypeError(f"cannot send {type(exc).__name__} as an operation's result")
+
+
+def _result(r: Any) -> Any:
+    if isinstance(r, int):
+        return r
+    if isinstance(r, Exception):
+        return _error(r)
+    return r  # a list of (subscription, sign, message) updates
+
+
+def dumps_result(result: tuple) -> bytes:
+    """``apply_ops``' answer as bytes (``loads_result``)."""
+    (mids, counts, holders), out, tags = result
+    return msgpack.packb(
+        [
+            mids,
+            np.ascontiguousarray(counts, _I64).tobytes(),
+            np.ascontiguousarray(holders, _I32).tobytes(),
+            [_result(r) for r in out],
+            np.ascontiguousarray(tags, _I32).tobytes(),
+        ]
+    )
+
+
+def _array(buf: Any, dtype: np.dtype) -> np.ndarray:
+    if not isinstance(buf, bytes) or len(buf) % dtype.itemsize:
+        raise ValidationError("answer", type(buf).__name__, f"must be a buffer of {dtype}")
+    return np.frombuffer(buf, dtype).astype(dtype.newbyteorder("="), copy=True)
+
+
+def _decode_result(r: Any) -> Any:
+    if isinstance(r, dict):
+        cls = _ERRORS.get(r.get("e"))
+        if cls is None:
+            raise ValidationError("answer", r, "unknown error kind")
+        return cls(*r["a"])
+    if isinstance(r, tuple):
+        return list(r)  # of (subscription, sign, message) tuples, as ``apply_ops`` gives them
+    return r
+
+
+def loads_result(data: bytes) -> tuple:
+    """The answer ``dumps_result`` wrote: ((ids, counts, tags), results, tags)."""
+    try:
+        mids, counts, holders, out, tags = msgpack.unpackb(data, use_list=False, raw=False)
+        return (
+            (list(mids), _array(counts, _I64), _array(holders, _I32)),
+            [_decode_result(r) for r in out],
+            _array(tags, _I32),
+        )
+    except (ValueError, TypeError, KeyError, msgpack.ExtraData, msgpack.FormatError) as exc:
+        if isinstance(exc, ValidationError):
+            raise
+        raise ValidationError(
+            "answer", f"{len(data)} bytes", f"not a round's answer: {exc}"
+        ) from None
