@@ -52,12 +52,7 @@ def _op(op: tuple) -> list:
     if kind == "pub":
         m = op[1]
         loc = m.location
-        xy = (
-            [loc.lon, loc.lat]
-            if type(loc) is Point
-            else [loc.min_lon, loc.min_lat, loc.max_lon, loc.max_lat]
-        )
-        return ["P", m.id, m.terms, xy, m.ttl]
+        return ["P", m.id, m.terms, loc.__reduce__()[1], m.ttl]  # (lon, lat) or (x0, y0, x1, y1)
     if kind == "sub":
         s = op[1]
         r = s.region
@@ -89,9 +84,9 @@ def _region(r: Sequence) -> Rect | Circle:
 
 def _location(xy: Sequence) -> Point | Rect:
     if len(xy) == 2:
-        return Point(float(xy[0]), float(xy[1]))
+        return Point(*xy)
     if len(xy) == 4:
-        return Rect(float(xy[0]), float(xy[1]), float(xy[2]), float(xy[3]))
+        return Rect(*xy)
     raise ValidationError("location", xy, "must be [lon, lat] or [x0, y0, x1, y1]")
 
 
@@ -105,9 +100,8 @@ def _decode_op(i: int, w: Any) -> tuple:
     if not isinstance(w, tuple) or not w or not isinstance(w[0], str):
         raise ValidationError(f"ops[{i}]", w, "must be a list starting with its kind")
     code, n = w[0], len(w)
-    if code == "P" and n == 5:
-        ttl = None if w[4] is None else float(w[4])
-        return ("pub", Message(w[1], _strings(w[2], "terms"), _location(w[3]), ttl))
+    if code == "P" and n == 5:  # (the shard checks every message's fields: ShardState)
+        return ("pub", Message(w[1], w[2], _location(w[3]), w[4]))
     if code == "S" and n == 8:
         if not isinstance(w[2], tuple):
             raise ValidationError(f"ops[{i}].clauses", w[2], "must be a list of lists")

@@ -90,7 +90,6 @@ class _Evil:
         msgpack.packb({"a": 1}),
         msgpack.packb([["P", "m", ["x"], [1.0], None]]),  # a location of one number
         msgpack.packb([["S", "s", [["x"]], [7, 1, 2, 3], False, None, None, -1]]),
-        msgpack.packb([["P", "m", "x", [1.0, 2.0], None]]),  # terms not a list
         msgpack.packb([["M", "s", "east", 2.0]]),
         msgpack.packb([["Z", "s"]]),
         msgpack.packb([1, 2]),
@@ -102,6 +101,29 @@ def test_what_is_not_a_round_raises_validation_error(data, capsys):
     with pytest.raises(ValidationError):
         loads_ops(data)
     assert "ran" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        ["P", "m", "x", [1.0, 2.0], None],  # terms not a list
+        ["P", "m", [7], [1.0, 2.0], None],
+        ["P", "m", ["x"], ["east", 2.0], None],
+        ["P", "m", ["x"], [1.0, 2.0], -1.0],
+        ["P", "m", ["x"], [1e300, 2.0], None],
+        ["P", 5, ["x"], [1.0, 2.0], None],
+        ["S", "s", [["x"]], [0, 5.0, 0.0, 1.0, 1.0], False, None, None, -1],  # x0 > x1
+        ["S", "s", [[]], [1, 0.0, 0.0, 10.0], False, None, None, -1],
+        ["S", "s", [["x"]], [1, 0.0, 0.0, 10.0], "yes", None, None, "tag"],
+    ],
+)
+def test_a_round_of_wrong_values_is_refused_by_the_shard_by_name(op):
+    """The wire carries values; the shard checks them as for any caller (``ShardState``)."""
+    from shard.ops import apply_ops
+    from shard.state import ShardState
+
+    _, out, _ = apply_ops(ShardState(0), loads_ops(msgpack.packb([op])), 1.0)
+    assert isinstance(out[0], ValidationError), out
 
 
 @given(st.binary(max_size=200))
