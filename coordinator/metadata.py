@@ -110,7 +110,9 @@ class Metadata:
         try:
             await self.r.ping()
         except (RedisError, OSError) as exc:
-            raise UnavailableError(f"redis at {self.url} unreachable: {exc}") from None
+            raise UnavailableError(
+                f"redis at {codec.redacted(self.url)} unreachable: {exc}"
+            ) from None
 
     # ---- partition map ---------------------------------------------------------------------
     async def load_partition_map(self) -> PartitionMap | None:
@@ -234,9 +236,9 @@ class Metadata:
             finally:
                 await pool.release(conn)
         except OutOfMemoryError:
-            raise StoreFullError(_full(self.url)) from None
+            raise StoreFullError(_full(codec.redacted(self.url))) from None
         except (RedisError, OSError) as exc:
-            raise UnavailableError(f"redis at {self.url}: {exc}") from None
+            raise UnavailableError(f"redis at {codec.redacted(self.url)}: {exc}") from None
 
     async def _call(self, awaitable):
         """Await a Redis command: StoreFullError when Redis is full (maxmemory reached,
@@ -244,9 +246,9 @@ class Metadata:
         try:
             return await awaitable
         except OutOfMemoryError:
-            raise StoreFullError(_full(self.url)) from None
+            raise StoreFullError(_full(codec.redacted(self.url))) from None
         except (RedisError, OSError) as exc:
-            raise UnavailableError(f"redis at {self.url}: {exc}") from None
+            raise UnavailableError(f"redis at {codec.redacted(self.url)}: {exc}") from None
 
 
 def _full(url: str) -> str:

@@ -59,9 +59,10 @@ from deploy.processes import (
     stop_process,
     stop_session,
 )
-from deploy.redis_local import RedisServer, stop_redis
+from deploy.redis_local import RedisServer, load_or_create_password, stop_redis
 from geopubsub.client import GeoPubSubClient, describe_stats
 from shard.errors import GeoPubSubError, UnavailableError
+from shard.metadata_codec import redacted
 
 CLUSTER_FILE = "cluster.json"
 CONFIG_FILE = "coordinator.toml"
@@ -206,7 +207,10 @@ class LocalCluster:
         redis_server = None
         if red.get("private"):
             redis_server = RedisServer(
-                manifest["data_dir"], port=red["port"], extra_args=red.get("extra_args", ())
+                manifest["data_dir"],
+                port=red["port"],
+                extra_args=red.get("extra_args", ()),
+                password=urlsplit(red["url"]).password,
             )
             redis_server.process = AdoptedProcess(red["pid"], red.get("started"))
             redis_server.started = red.get("started")
@@ -331,7 +335,11 @@ def start(
             redis_url = settings.redis_url
             _check_redis(redis_url)
         else:
-            redis_server = RedisServer(data_dir, extra_args=redis_options(settings)).start()
+            redis_server = RedisServer(
+                data_dir,
+                extra_args=redis_options(settings),
+                password=load_or_create_password(data_dir),
+            ).start()
             redis_url = redis_server.url
         resolved = dataclasses.replace(settings, data_dir=str(data_dir), redis_url=redis_url)
         config = data_dir / CONFIG_FILE
@@ -403,7 +411,7 @@ def _check_redis(url: str) -> None:
     try:
         client.ping()
     except redis.RedisError as exc:
-        raise UnavailableError(f"Redis at {url} is not reachable: {exc}") from None
+        raise UnavailableError(f"Redis at {redacted(url)} is not reachable: {exc}") from None
     finally:
         client.close()
 
@@ -464,9 +472,9 @@ def up(
     with sigterm_as_interrupt():
         cluster = start(settings, timeout_s=timeout_s, command=command)
         redis_line = (
-            f"redis {cluster.redis_url} (pid {cluster.redis.pid}, data {cluster.redis.dir})"
+            f"redis {redacted(cluster.redis_url)} (pid {cluster.redis.pid}, data {cluster.redis.dir})"
             if cluster.redis is not None
-            else f"redis {cluster.redis_url} (external)"
+            else f"redis {redacted(cluster.redis_url)} (external)"
         )
         ray_line = f"ray {settings.ray_address}" if settings.ray_address else "ray local"
         print(
@@ -572,7 +580,12 @@ def down(data_dir: str | Path, *, out: TextIO | None = None) -> int:
     red = manifest.get("redis") or {}
     if red.get("private") and alive(red["pid"], started=red.get("started")):
         print(f"stopping redis-server (pid {red['pid']}) ...", file=out, flush=True)
-        stop_redis(red["pid"], red["port"], started=red.get("started"))
+        stop_redis(
+            red["pid"],
+            red["port"],
+            started=red.get("started"),
+            password=urlsplit(red["url"]).password,
+        )
     manifest_path(data_dir).unlink(missing_ok=True)
     print("geopubsub cluster stopped", file=out)
     return 0
@@ -627,9 +640,12 @@ def status(data_dir: str | Path, *, target: str | None = None, out: TextIO | Non
         )
         if red.get("private"):
             state = "running" if alive(red["pid"], started=red.get("started")) else "not running"
-            print(f"  redis pid {red['pid']} {state}, {red['url']}" + _supervision(red), file=out)
+            print(
+                f"  redis pid {red['pid']} {state}, {redacted(red['url'])}" + _supervision(red),
+                file=out,
+            )
         else:
-            print(f"  redis {red.get('url')} (external)", file=out)
+            print(f"  redis {redacted(red.get('url') or '')} (external)", file=out)
         if manifest.get("detached"):
             sup = manifest.get("supervisor") or {}
             state = (

@@ -10,6 +10,10 @@ server loses at most the last second of writes (``appendfsync everysec``). Its m
 ``maxmemory_mb`` with the ``noeviction`` policy: past it Redis refuses writes (the coordinator
 answers RESOURCE_EXHAUSTED) instead of evicting subscriptions or growing until the machine swaps.
 
+With a ``password`` (``geopubsub up`` always gives one: ``load_or_create_password``) it takes no
+command before AUTH; the password goes to redis-server in a configuration file of mode 0600
+under its directory, never on its command line (which every local user can read in ``ps``).
+
 ::
 
     with RedisServer(".geopubsub") as redis_server:  # PING answered
@@ -18,6 +22,8 @@ answers RESOURCE_EXHAUSTED) instead of evicting subscriptions or growing until t
 
 from __future__ import annotations
 
+import os
+import secrets
 import shutil
 import subprocess
 import time
@@ -55,6 +61,10 @@ STOP_TIMEOUT_S = 30.0
 PORT_ATTEMPTS = 3
 """Starts tried on fresh free ports when another process grabbed the chosen one first."""
 LOG_NAME = "redis.log"
+PASSWORD_FILE = "password"
+"""Under the private Redis's directory, mode 0600: made once, kept across restarts."""
+CONFIG_NAME = "redis.conf"
+"""Written at every start, mode 0600: the password (options on the command line follow it)."""
 
 
 def find_redis_server() -> str:
@@ -73,19 +83,45 @@ def redis_dir(data_dir: str | Path) -> Path:
     return Path(data_dir) / "redis"
 
 
-def _client(port: int, timeout_s: float) -> redis.Redis:
+def _write_private(path: Path, text: str) -> None:
+    """``text`` in ``path``, readable by its owner only from the first byte on."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        os.fchmod(f.fileno(), 0o600)  # (an older file keeps its mode through O_CREAT)
+        f.write(text)
+
+
+def load_or_create_password(data_dir: str | Path) -> str:
+    """The private Redis's password, kept in ``<data_dir>/redis/password`` (mode 0600): made at
+    the first start (32 random bytes, URL-safe), the same ever after."""
+    path = redis_dir(data_dir) / PASSWORD_FILE
+    try:
+        password = path.read_text().strip()
+        if password:
+            return password
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    password = secrets.token_urlsafe(32)
+    _write_private(path, password + "\n")
+    return password
+
+
+def _client(port: int, timeout_s: float, password: str | None = None) -> redis.Redis:
     return redis.Redis(
         host=HOST,
         port=port,
+        password=password,
         socket_timeout=timeout_s,
         socket_connect_timeout=min(timeout_s, 2.0),
         retry=Retry(NoBackoff(), 0),
     )
 
 
-def ping(port: int, *, timeout_s: float = 1.0) -> bool:
-    """Whether a Redis on 127.0.0.1:``port`` answers PING (False while it is still loading)."""
-    client = _client(port, timeout_s)
+def ping(port: int, *, timeout_s: float = 1.0, password: str | None = None) -> bool:
+    """Whether a Redis on 127.0.0.1:``port`` answers PING (False while it is still loading, or
+    when it wants another password)."""
+    client = _client(port, timeout_s, password)
     try:
         return bool(client.ping())
     except redis.RedisError:
@@ -100,7 +136,7 @@ class RedisServer:
     ``start()`` returns once PING answers; ``stop()`` sends SHUTDOWN (flushing the AOF), then
     SIGTERM, then SIGKILL. ``port=0`` picks a free port. ``maxmemory_mb`` caps its memory
     (policy ``noeviction``: writes past it are refused; 0: unlimited). ``extra_args`` are appended
-    to the command line (``["--hz", "20"]``).
+    to the command line (``["--hz", "20"]``). ``password``: every client must AUTH with it.
     """
 
     def __init__(
@@ -111,8 +147,10 @@ class RedisServer:
         binary: str | None = None,
         maxmemory_mb: int = 0,
         extra_args: Sequence[str] = (),
+        password: str | None = None,
     ) -> None:
         self.dir = redis_dir(data_dir).resolve()
+        self.password = password
         self.log_path = self.dir / LOG_NAME
         self.port = port
         self.binary = binary
@@ -130,11 +168,19 @@ class RedisServer:
 
     @property
     def url(self) -> str:
-        return f"redis://{HOST}:{self.port}/0"
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}{HOST}:{self.port}/0"
 
     def command(self, binary: str, port: int) -> list[str]:
+        config: list[str] = []
+        if self.password:
+            path = self.dir / CONFIG_NAME
+            quoted = self.password.replace("\\", "\\\\").replace('"', '\\"')
+            _write_private(path, f'requirepass "{quoted}"\n')
+            config = [str(path)]
         return [
             binary,
+            *config,
             "--port", str(port),
             "--bind", HOST,
             "--dir", str(self.dir),
@@ -186,7 +232,7 @@ class RedisServer:
     def _wait_ready(self, port: int, timeout_s: float, offset: int) -> None:
         assert self.process is not None
         deadline = time.monotonic() + timeout_s
-        while not ping(port, timeout_s=1.0):
+        while not ping(port, timeout_s=1.0, password=self.password):
             code = self.process.poll()
             if code is not None or time.monotonic() >= deadline:
                 if code is None:
@@ -206,7 +252,13 @@ class RedisServer:
         """Shut the server down (AOF flushed); True if it exited without SIGKILL."""
         if self.process is None:
             return True
-        clean = stop_redis(self.process.pid, self.port, timeout_s=timeout_s, popen=self.process)
+        clean = stop_redis(
+            self.process.pid,
+            self.port,
+            timeout_s=timeout_s,
+            popen=self.process,
+            password=self.password,
+        )
         self.process = None
         return clean
 
@@ -224,6 +276,7 @@ def stop_redis(
     timeout_s: float = STOP_TIMEOUT_S,
     started: int | None = None,
     popen: subprocess.Popen | None = None,
+    password: str | None = None,
 ) -> bool:
     """Stop a private redis-server, also one another process started (``geopubsub down``):
     SHUTDOWN, wait, then SIGTERM (also a clean shutdown for Redis) and SIGKILL. A pid that is gone
@@ -231,8 +284,8 @@ def stop_redis(
     without SIGKILL."""
     if not alive(pid, started=started, popen=popen):
         return True
-    if ping(port, timeout_s=2.0):
-        client = _client(port, timeout_s)
+    if ping(port, timeout_s=2.0, password=password):
+        client = _client(port, timeout_s, password)
         try:
             client.shutdown()  # returns once the connection closes: the server is exiting
         except redis.RedisError:

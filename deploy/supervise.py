@@ -147,7 +147,12 @@ class Supervisor:
     def _start_again(self, name: str) -> int:
         c = self.cluster
         if name == "redis":
-            server = RedisServer(c.data_dir, port=c.redis.port, extra_args=c.redis.extra_args)
+            server = RedisServer(
+                c.data_dir,
+                port=c.redis.port,
+                extra_args=c.redis.extra_args,
+                password=c.redis.password,
+            )
             server.start()
             c.redis = server
             return server.pid

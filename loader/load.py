@@ -37,7 +37,7 @@ def ping(url: str) -> None:
     try:
         r.ping()
     except (redis.RedisError, OSError) as exc:
-        raise UnavailableError(f"redis at {url} unreachable: {exc}") from None
+        raise UnavailableError(f"redis at {codec.redacted(url)} unreachable: {exc}") from None
     finally:
         r.close()
 
@@ -159,7 +159,7 @@ def upsert_subscriptions(
             counts["changed"] += changed
             counts["unchanged"] += unchanged
     except (redis.RedisError, OSError) as exc:
-        raise UnavailableError(f"redis at {url}: {exc}") from None
+        raise UnavailableError(f"redis at {codec.redacted(url)}: {exc}") from None
     finally:
         r.close()
     yield counts

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from urllib.parse import urlsplit, urlunsplit
 
 from shard.model import Subscription, subscription_from_dict, subscription_to_dict
 
@@ -93,3 +94,18 @@ def encoded_fields(sub_json: str, shards: Sequence[int], stamp: float) -> dict[s
         SHARDS_FIELD: encode_shards(shards),
         UPDATED_FIELD: encode_stamp(stamp),
     }
+
+
+def redacted(url: str) -> str:
+    """``url`` with its password replaced by ``***``: what may be printed or logged.
+
+    >>> redacted("redis://:s3cret@127.0.0.1:6379/0"), redacted("redis://127.0.0.1:6379/0")
+    ('redis://:***@127.0.0.1:6379/0', 'redis://127.0.0.1:6379/0')
+    """
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port is not None else ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))

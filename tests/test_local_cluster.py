@@ -95,7 +95,9 @@ def test_up_detached_hands_over_the_settings_and_down_stops_everything(tmp_path)
     assert (
         "--shards" in report["argv"] and report["argv"][report["argv"].index("--shards") + 1] == "3"
     )
-    assert red["private"] and red["url"] == f"redis://127.0.0.1:{red['port']}/0"
+    password = (tmp_path / "redis" / "password").read_text().strip()
+    assert red["private"] and red["url"] == f"redis://:{password}@127.0.0.1:{red['port']}/0"
+    assert password not in out  # printed as ***
     client = redis.Redis.from_url(red["url"], decode_responses=True)
     assert client.get("fake.key") == "written by the fake coordinator"
     config = client.config_get("maxmemory*")

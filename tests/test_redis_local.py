@@ -11,8 +11,9 @@ import redis
 
 from deploy import redis_local
 from deploy.processes import alive
-from deploy.redis_local import RedisServer, ping, stop_redis
+from deploy.redis_local import RedisServer, load_or_create_password, ping, stop_redis
 from shard.errors import UnavailableError
+from shard.metadata_codec import redacted
 
 
 def test_redis_server_is_installed():
@@ -112,3 +113,38 @@ def test_a_port_in_use_is_reported(tmp_path):
         port = taken.getsockname()[1]
         with pytest.raises(UnavailableError, match="Address already in use"):
             RedisServer(tmp_path, port=port).start(timeout_s=10)
+
+
+def test_a_password_is_made_once_kept_private_and_required(tmp_path):
+    password = load_or_create_password(tmp_path)
+    assert load_or_create_password(tmp_path) == password and len(password) >= 40
+    assert (tmp_path / "redis" / "password").stat().st_mode & 0o777 == 0o600
+    server = RedisServer(tmp_path, password=password).start()
+    try:
+        assert (tmp_path / "redis" / "redis.conf").stat().st_mode & 0o777 == 0o600
+        with open(f"/proc/{server.pid}/cmdline", "rb") as f:
+            assert password.encode() not in f.read()  # not in `ps` for every local user
+        assert server.url == f"redis://:{password}@127.0.0.1:{server.port}/0"
+        assert not ping(server.port) and ping(server.port, password=password)
+        stranger = redis.Redis(host="127.0.0.1", port=server.port)
+        with pytest.raises(redis.AuthenticationError):
+            stranger.set("k", "v")
+        stranger.close()
+        client = redis.Redis.from_url(server.url)
+        assert client.set("k", "v")
+        client.close()
+    finally:
+        pid = server.pid
+        assert server.stop()
+    assert not alive(pid)
+    assert "User requested shutdown" in server.log_path.read_text()  # SHUTDOWN, after AUTH
+    with RedisServer(tmp_path, password=load_or_create_password(tmp_path)) as again:
+        client = redis.Redis.from_url(again.url)
+        assert client.get("k") == b"v"
+        client.close()
+
+
+def test_a_redis_url_is_shown_without_its_password():
+    assert redacted("redis://:s3cret@127.0.0.1:6379/0") == "redis://:***@127.0.0.1:6379/0"
+    assert redacted("rediss://app:s3cret@db:6380/2") == "rediss://app:***@db:6380/2"
+    assert redacted("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import redis
@@ -80,7 +81,9 @@ def test_foreground_restarts_its_coordinator_and_redis_then_gives_up(tmp_path):
             pytest.fail("".join(lines))
         first = local.read_manifest(tmp_path)
         target, port = first["coordinator"]["target"], first["redis"]["port"]
-        client = redis.Redis(port=port, decode_responses=True)
+        password = urlsplit(first["redis"]["url"]).password
+        assert password  # the private Redis takes nothing before AUTH
+        client = redis.Redis.from_url(first["redis"]["url"], decode_responses=True)
         client.set("written", "before the kill")
         time.sleep(FSYNC_S)
 
@@ -97,7 +100,8 @@ def test_foreground_restarts_its_coordinator_and_redis_then_gives_up(tmp_path):
         m = _wait_for(
             "redis restarted", _restarted(tmp_path, "redis", first["redis"]["pid"], 1), 30
         )
-        assert m["redis"]["port"] == port and ping(port)
+        assert m["redis"]["port"] == port and ping(port, password=password)
+        assert not ping(port)  # restarted with its password
         assert client.get("written") == "before the kill"
         client.close()
         text = io.StringIO()
@@ -173,6 +177,9 @@ def test_a_detached_cluster_survives_kill_9_of_its_coordinator_and_its_redis(tmp
             assert c.publish(["ipad"], point=(1, 1), id="m3").matched == 2
         status = geopubsub("status")
         assert status.returncode == 0, status.stdout + status.stderr
+        password = urlsplit(first["redis"]["url"]).password
+        assert password and password not in up.stdout + up.stderr + status.stdout
+        assert ":***@" in status.stdout
         assert status.stdout.count(", restarts 1") == 2, status.stdout
         assert f"supervisor pid {supervisor['pid']} running" in status.stdout
         assert "health: redis SERVING, shard 0 SERVING, shard 1 SERVING\n" in status.stdout
