@@ -14,6 +14,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -588,6 +589,26 @@ async def _pipelined(request_iterator, submit, weight=lambda item: 1):
             await task
 
 
+def _read(field: str, path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ValidationError(field, path, f"cannot be read: {exc.strerror}") from None
+
+
+def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
+    """TLS credentials of the gRPC API from ``tls_cert`` / ``tls_key`` (and ``tls_client_ca``:
+    clients must present a certificate it signed), or None (plaintext)."""
+    if not settings.tls_cert:
+        return None
+    client_ca = _read("tls_client_ca", settings.tls_client_ca) if settings.tls_client_ca else None
+    return grpc.ssl_server_credentials(
+        [(_read("tls_key", settings.tls_key), _read("tls_cert", settings.tls_cert))],
+        root_certificates=client_ca,
+        require_client_auth=client_ca is not None,
+    )
+
+
 async def create_server(
     settings: Settings, shard_factory: ShardFactory, *, clock=time.time
 ) -> tuple[grpc.aio.Server, int, Coordinator]:
@@ -605,7 +626,12 @@ async def create_server(
         reflection.SERVICE_NAME,
     )
     reflection.enable_server_reflection(names, server)
-    port = server.add_insecure_port(f"{settings.host}:{settings.port}")
+    address = f"{settings.host}:{settings.port}"
+    credentials = server_credentials(settings)
+    if credentials is None:
+        port = server.add_insecure_port(address)
+    else:
+        port = server.add_secure_port(address, credentials)
     if port == 0:
         raise ValidationError("port", settings.port, f"cannot bind {settings.host}")
     await health_servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)

@@ -89,6 +89,25 @@ class Settings:
     crashes of it within ``restart_window_s``; then it gives up on it (``deploy.supervise``)."""
     restart_window_s: float = 60.0
     """The window of ``restart_max``."""
+    tls: str = ""
+    """"auto": ``geopubsub up`` makes a local CA and a server certificate under
+    ``<data_dir>/tls/`` (kept across restarts) and serves the gRPC API over TLS with them; clients
+    of the local cluster find the CA through ``cluster.json``. "" (default): TLS only if
+    ``tls_cert`` is given."""
+    tls_cert: str = ""
+    """PEM certificate (chain) of the gRPC API; with ``tls_key`` it turns TLS on."""
+    tls_key: str = ""
+    """PEM private key of ``tls_cert``."""
+    tls_client_ca: str = ""
+    """PEM CA certificate(s): mutual TLS, every client must present a certificate it signed
+    (the launcher's own health checks use ``client_cert`` / ``client_key``)."""
+    ca: str = ""
+    """Client side: the PEM CA certificate(s) a client trusts for the coordinator's certificate
+    (default for the local cluster: the one ``tls = "auto"`` made)."""
+    client_cert: str = ""
+    """Client side: the PEM certificate a client presents under mutual TLS."""
+    client_key: str = ""
+    """Client side: its private key."""
 
     def __post_init__(self) -> None:
         _check(self.shards >= 1 and self.shards <= 1024, "shards", self.shards, "1..1024")
@@ -130,12 +149,42 @@ class Settings:
         _check(self.restart_max >= 0, "restart_max", self.restart_max, ">= 0")
         _check(self.restart_window_s > 0, "restart_window_s", self.restart_window_s, "> 0")
         _check(bool(self.namespace), "namespace", self.namespace, "non-empty")
+        _check(self.tls in ("", "auto"), "tls", self.tls, '"" or "auto"')
+        _check(
+            bool(self.tls_cert) == bool(self.tls_key),
+            "tls_key" if self.tls_cert else "tls_cert",
+            self.tls_key or self.tls_cert,
+            "given together with " + ("tls_cert" if self.tls_key else "tls_key"),
+        )
+        _check(
+            not (self.tls == "auto" and self.tls_cert),
+            "tls_cert",
+            self.tls_cert,
+            'not given with tls = "auto" (which makes its own)',
+        )
+        _check(
+            not self.tls_client_ca or bool(self.tls or self.tls_cert),
+            "tls_client_ca",
+            self.tls_client_ca,
+            'given with TLS on (tls = "auto", or tls_cert and tls_key)',
+        )
+        _check(
+            bool(self.client_cert) == bool(self.client_key),
+            "client_key" if self.client_cert else "client_cert",
+            self.client_key or self.client_cert,
+            "given together with " + ("client_cert" if self.client_key else "client_key"),
+        )
         _check(
             self.redis_fsync in ("always", "everysec", "no"),
             "redis_fsync",
             self.redis_fsync,
             '"always", "everysec" or "no"',
         )
+
+    @property
+    def tls_on(self) -> bool:
+        """Whether the gRPC API is served over TLS."""
+        return bool(self.tls or self.tls_cert)
 
     @classmethod
     def load(

@@ -60,8 +60,9 @@ from deploy.processes import (
     stop_session,
 )
 from deploy.redis_local import RedisServer, load_or_create_password, stop_redis
-from geopubsub.client import GeoPubSubClient, describe_stats
-from shard.errors import GeoPubSubError, UnavailableError
+from deploy.tls import default_hosts, local_tls
+from geopubsub.client import GeoPubSubClient, Tls, describe_stats
+from shard.errors import GeoPubSubError, UnavailableError, ValidationError
 from shard.metadata_codec import redacted
 
 CLUSTER_FILE = "cluster.json"
@@ -122,6 +123,31 @@ def manifest_target(data_dir: str | Path) -> str | None:
     """The coordinator address recorded in ``<data_dir>/cluster.json``, if any."""
     manifest = read_manifest(data_dir)
     return manifest["coordinator"]["target"] if manifest else None
+
+
+def manifest_tls(data_dir: str | Path) -> Tls | None:
+    """How the launcher reaches the coordinator recorded in ``<data_dir>/cluster.json`` (the CA
+    ``tls = "auto"`` made, the client certificate given for mutual TLS); None: plaintext."""
+    manifest = read_manifest(data_dir)
+    return _tls_of(manifest["coordinator"]) if manifest else None
+
+
+def _tls_of(coord: dict[str, Any]) -> Tls | None:
+    tls = coord.get("tls")
+    return Tls(tls.get("ca"), tls.get("cert"), tls.get("key")) if tls else None
+
+
+def _launcher_tls(settings: Settings, ca: str | None) -> Tls | None:
+    """The TLS a launcher's own health checks use (None: the coordinator serves plaintext)."""
+    if not settings.tls_on:
+        return None
+    if settings.tls_client_ca and not settings.client_cert:
+        raise ValidationError(
+            "client_cert",
+            settings.client_cert,
+            "needed with tls_client_ca: the launcher checks the coordinator's health as a client",
+        )
+    return Tls(ca or settings.ca or None, settings.client_cert or None, settings.client_key or None)
 
 
 def _running(manifest: dict[str, Any]) -> list[str]:
@@ -189,6 +215,8 @@ class LocalCluster:
     """The private Redis, None when ``settings.redis_url`` was given."""
     argv: list[str] = dataclasses.field(default_factory=list)
     """The coordinator's command line (a restart uses it, with the port it bound)."""
+    tls: Tls | None = None
+    """How the launcher and the local CLI reach the coordinator (None: plaintext)."""
     restarts: dict[str, int] = dataclasses.field(
         default_factory=lambda: {"coordinator": 0, "redis": 0}
     )
@@ -224,6 +252,7 @@ class LocalCluster:
             red["url"],
             redis_server,
             argv=list(coord.get("argv") or []),
+            tls=_tls_of(coord),
             restarts={"coordinator": coord.get("restarts", 0), "redis": red.get("restarts", 0)},
             gave_up={
                 name: manifest[name]["gave_up"]
@@ -269,6 +298,7 @@ class LocalCluster:
                 "target": self.target,
                 "log": str(self.log_path),
                 "argv": self.argv,
+                "tls": dataclasses.asdict(self.tls) if self.tls else None,
                 "restarts": self.restarts.get("coordinator", 0),
                 "gave_up": self.gave_up.get("coordinator"),
             },
@@ -328,6 +358,7 @@ def start(
             )
         manifest_path(data_dir).unlink()  # left by a launcher that was killed
 
+    _launcher_tls(settings, None)  # (checked before anything starts)
     redis_server: RedisServer | None = None
     coordinator: subprocess.Popen | None = None
     try:
@@ -342,6 +373,14 @@ def start(
             ).start()
             redis_url = redis_server.url
         resolved = dataclasses.replace(settings, data_dir=str(data_dir), redis_url=redis_url)
+        ca = None
+        if settings.tls == "auto":  # the coordinator gets the files (it knows nothing of "auto")
+            files = local_tls(data_dir / TLS_DIR, default_hosts(settings.host))
+            ca = str(files.ca)
+            resolved = dataclasses.replace(
+                resolved, tls="", tls_cert=str(files.cert), tls_key=str(files.key)
+            )
+        tls = _launcher_tls(resolved, ca)
         config = data_dir / CONFIG_FILE
         write_settings(resolved, config)
         argv = [*(command or coordinator_command()), "--config", str(config)]
@@ -362,6 +401,7 @@ def start(
             redis_url,
             redis_server,
             argv=argv,
+            tls=tls,
         )
         cluster.write_manifest(detached=False)
         cluster.port = _wait_serving(cluster, offset, timeout_s)
@@ -436,7 +476,10 @@ def _wait_serving(cluster: LocalCluster, offset: int, timeout_s: float) -> int:
             found = LISTENING.search(log_tail(cluster.log_path, 10_000, start=offset))
             if found:
                 port = int(found[2])
-        if port is not None and _health(client_target(cluster.host, port)) == "SERVING":
+        if (
+            port is not None
+            and _health(client_target(cluster.host, port), cluster.tls) == "SERVING"
+        ):
             return port
         if time.monotonic() >= deadline:
             why = "did not print its listening line" if port is None else "is not SERVING"
@@ -447,9 +490,9 @@ def _wait_serving(cluster: LocalCluster, offset: int, timeout_s: float) -> int:
         time.sleep(0.2)
 
 
-def _health(target: str, timeout_s: float = 1.0) -> str:
+def _health(target: str, tls: Tls | None = None, timeout_s: float = 1.0) -> str:
     """The health status name of the server at ``target``, or the gRPC error code's name."""
-    with GeoPubSubClient(target) as client:
+    with GeoPubSubClient(target, tls=tls) as client:
         try:
             return client.health(timeout_s=timeout_s)
         except grpc.RpcError as exc:
@@ -477,9 +520,15 @@ def up(
             else f"redis {redacted(cluster.redis_url)} (external)"
         )
         ray_line = f"ray {settings.ray_address}" if settings.ray_address else "ray local"
+        tls_line = ""
+        if cluster.tls is not None:
+            trust = cluster.tls.ca or "the system's CAs"
+            mutual = ", clients must present a certificate" if settings.tls_client_ca else ""
+            tls_line = f"\n  TLS on{mutual}; clients trust {trust} (give it to them: --ca)"
         print(
             f"geopubsub cluster SERVING at {cluster.target}: {settings.shards} shards, {ray_line}\n"
-            f"  coordinator pid {cluster.coordinator.pid}, log {cluster.log_path}\n  {redis_line}",
+            f"  coordinator pid {cluster.coordinator.pid}, log {cluster.log_path}\n  {redis_line}"
+            + tls_line,
             file=out,
             flush=True,
         )
@@ -591,7 +640,7 @@ def down(data_dir: str | Path, *, out: TextIO | None = None) -> int:
     return 0
 
 
-def _parts_health(target: str, timeout_s: float = 2.0) -> str:
+def _parts_health(target: str, tls: Tls | None, timeout_s: float = 2.0) -> str:
     """The coordinator's health per part (``coordinator.server``: ``…/redis``, ``…/shard-K``)
     as ``redis SERVING, shard 0 SERVING, shard 1 NOT_SERVING``; "" if it has none."""
     from coordinator.server import REDIS_HEALTH, shard_health_name
@@ -601,7 +650,7 @@ def _parts_health(target: str, timeout_s: float = 2.0) -> str:
         (f"shard {k}", shard_health_name(k)) for k in range(MAX_PARTS)
     ]
     out = []
-    with GeoPubSubClient(target) as client:
+    with GeoPubSubClient(target, tls=tls) as client:
         for label, name in names:
             try:
                 out.append(f"{label} {client.health(name, timeout_s=timeout_s)}")
@@ -618,12 +667,20 @@ def _supervision(proc: dict[str, Any]) -> str:
     return text
 
 
-def status(data_dir: str | Path, *, target: str | None = None, out: TextIO | None = None) -> int:
+def status(
+    data_dir: str | Path,
+    *,
+    target: str | None = None,
+    out: TextIO | None = None,
+    tls: Tls | None = None,
+) -> int:
     """``geopubsub status``: the local cluster's processes (from cluster.json), the coordinator's
-    health at ``target`` (default: the recorded address) and, when SERVING, its stats. Exit code 0
-    when SERVING, else 1."""
+    health at ``target`` (default: the recorded address) and, when SERVING, its stats. ``tls``:
+    how to reach it (default: as cluster.json says). Exit code 0 when SERVING, else 1."""
     out = out or sys.stdout
     manifest = read_manifest(data_dir)
+    if tls is None and manifest is not None:
+        tls = _tls_of(manifest["coordinator"])
     if manifest is not None:
         coord, red = manifest["coordinator"], manifest.get("redis") or {}
         mode = (
@@ -658,14 +715,14 @@ def status(data_dir: str | Path, *, target: str | None = None, out: TextIO | Non
     elif target is None:
         print(f"no local cluster in {data_dir} (start one with: geopubsub up)", file=out)
         return 1
-    health = _health(target, timeout_s=2.0)
-    print(f"{target}: {health}", file=out)
-    parts = _parts_health(target)
+    health = _health(target, tls, timeout_s=2.0)
+    print(f"{target}: {health}" + (" (TLS)" if tls else ""), file=out)
+    parts = _parts_health(target, tls)
     if parts:
         print(f"  health: {parts}", file=out)
     if health != "SERVING":
         return 1
-    with GeoPubSubClient(target, timeout_s=5.0) as client:
+    with GeoPubSubClient(target, timeout_s=5.0, tls=tls) as client:
         try:
             stats = client.stats()
         except grpc.RpcError as exc:
@@ -674,3 +731,7 @@ def status(data_dir: str | Path, *, target: str | None = None, out: TextIO | Non
     for line in describe_stats(stats):
         print(f"  {line}", file=out)
     return 0
+
+
+TLS_DIR = "tls"
+"""Under the data dir: the local CA and server certificate of ``tls = "auto"`` (``deploy.tls``)."""

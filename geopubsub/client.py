@@ -70,6 +70,43 @@ CHANNEL_OPTIONS = (
 
 
 @dataclass(frozen=True, slots=True)
+class Tls:
+    """How a client reaches a coordinator that serves TLS: ``ca``, the PEM file of the CA(s) it
+    trusts (None: the system's roots), and for mutual TLS ``cert`` / ``key``, its own
+    certificate and key."""
+
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        def read(field: str, path: str | None) -> bytes | None:
+            if not path:
+                return None
+            try:
+                with open(path, "rb") as f:
+                    return f.read()
+            except OSError as exc:
+                raise ValidationError(field, path, f"cannot be read: {exc.strerror}") from None
+
+        return grpc.ssl_channel_credentials(
+            root_certificates=read("ca", self.ca),
+            private_key=read("client_key", self.key),
+            certificate_chain=read("client_cert", self.cert),
+        )
+
+
+def open_channel(
+    target: str, tls: Tls | None = None, *, aio: bool = False, options=CHANNEL_OPTIONS
+):
+    """A gRPC channel to ``target``: plaintext, or TLS with ``tls``; ``aio``: an asyncio one."""
+    mod = grpc.aio if aio else grpc
+    if tls is None:
+        return mod.insecure_channel(target, options=options)
+    return mod.secure_channel(target, tls.credentials(), options=options)
+
+
+@dataclass(frozen=True, slots=True)
 class Delivery:
     """One update of a subscription's results, as received.
 
@@ -155,7 +192,8 @@ Coordinates = Sequence[float]
 
 class GeoPubSubClient:
     """A synchronous client over one gRPC channel; use it as a context manager or ``close()`` it.
-    Thread-safe like the channel (one stream per thread)."""
+    Thread-safe like the channel (one stream per thread). ``tls``: reach a coordinator that
+    serves TLS (``Tls(ca="ca.pem")``; with ``cert`` / ``key`` for mutual TLS)."""
 
     def __init__(
         self,
@@ -163,10 +201,11 @@ class GeoPubSubClient:
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         channel: grpc.Channel | None = None,
+        tls: Tls | None = None,
     ) -> None:
         self.target = target
         self.timeout_s = timeout_s
-        self._channel = channel or grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
+        self._channel = channel or open_channel(target, tls)
         self._stub = pb_grpc.GeoPubSubStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
 

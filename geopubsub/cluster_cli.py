@@ -22,7 +22,21 @@ from typing import Any
 from coordinator.settings import Settings
 from shard.errors import GeoPubSubError, ValidationError
 
-SETTING_FLAGS = ("shards", "host", "port", "redis_url", "ray_address", "data_dir")
+SETTING_FLAGS = (
+    "shards",
+    "host",
+    "port",
+    "redis_url",
+    "ray_address",
+    "data_dir",
+    "tls",
+    "tls_cert",
+    "tls_key",
+    "tls_client_ca",
+    "ca",
+    "client_cert",
+    "client_key",
+)
 """Flags that are Settings fields (None when not given, so that file and environment apply)."""
 
 
@@ -38,12 +52,18 @@ def common_parent() -> argparse.ArgumentParser:
 
 def remote_parent() -> argparse.ArgumentParser:
     """The flags of a command that talks to a coordinator: ``common_parent()`` + ``--target``
-    (resolved by ``client_target``)."""
+    (resolved by ``client_target``) and the client's TLS files (``client_tls``)."""
     remote = argparse.ArgumentParser(add_help=False, parents=[common_parent()])
     remote.add_argument(
         "--target",
         help="coordinator HOST:PORT (default: from <data-dir>/cluster.json, else 127.0.0.1:50051)",
     )
+    remote.add_argument(
+        "--ca",
+        help="TLS: PEM CA file to trust (default: the local cluster's, from cluster.json)",
+    )
+    remote.add_argument("--cert", dest="client_cert", help="mutual TLS: this client's certificate")
+    remote.add_argument("--key", dest="client_key", help="mutual TLS: its private key")
     return remote
 
 
@@ -61,6 +81,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     up.add_argument(
         "--ray-address", dest="ray_address", help="join this Ray cluster instead of a local Ray"
     )
+    up.add_argument(
+        "--tls",
+        choices=["auto"],
+        help="auto: serve TLS with a local CA and certificate made under <data-dir>/tls",
+    )
+    up.add_argument("--tls-cert", dest="tls_cert", help="serve TLS with this PEM certificate")
+    up.add_argument("--tls-key", dest="tls_key", help="...and this PEM private key")
+    up.add_argument(
+        "--tls-client-ca",
+        dest="tls_client_ca",
+        help="mutual TLS: clients must present a certificate this PEM CA signed",
+    )
+    up.add_argument(
+        "--cert", dest="client_cert", help="with --tls-client-ca: the launcher's own certificate"
+    )
+    up.add_argument("--key", dest="client_key", help="...and its private key")
     up.add_argument(
         "--detach", action="store_true", help="return once SERVING (stop: geopubsub down)"
     )
@@ -134,6 +170,27 @@ def _target(args: argparse.Namespace, settings: Settings) -> str:
     return args.target or manifest_target(settings.data_dir) or DEFAULT_TARGET
 
 
+def client_tls(args: argparse.Namespace, settings: Settings, target: str):
+    """How a client command reaches ``target``: the ``ca`` / ``client_cert`` / ``client_key``
+    given (flags, environment, settings file), else what cluster.json says of the local cluster
+    when ``target`` is its address, else plaintext (None)."""
+    from deploy.local import manifest_target, manifest_tls
+    from geopubsub.client import Tls
+
+    if settings.ca or settings.client_cert:
+        return Tls(settings.ca or None, settings.client_cert or None, settings.client_key or None)
+    if target == manifest_target(settings.data_dir):
+        return manifest_tls(settings.data_dir)
+    return None
+
+
+def client_connection(args: argparse.Namespace) -> tuple[str, Any]:
+    """(target, ``geopubsub.client.Tls`` or None) of a command of ``remote_parent()``."""
+    settings = load_settings(args)
+    target = _target(args, settings)
+    return target, client_tls(args, settings, target)
+
+
 def client_target(args: argparse.Namespace) -> str:
     """The coordinator a command of ``remote_parent()`` dials: ``--target``, else the address in
     ``<data-dir>/cluster.json``, else 127.0.0.1:50051."""
@@ -176,8 +233,8 @@ def _error(text: str) -> None:
 def _client(args: argparse.Namespace):
     from geopubsub.client import GeoPubSubClient
 
-    args.target_used = _target(args, load_settings(args))
-    return GeoPubSubClient(args.target_used)
+    args.target_used, tls = client_connection(args)
+    return GeoPubSubClient(args.target_used, tls=tls)
 
 
 # ---- local cluster --------------------------------------------------------------------------
@@ -203,7 +260,11 @@ def run_down(args: argparse.Namespace) -> int:
 def run_status(args: argparse.Namespace) -> int:
     from deploy import local
 
-    return local.status(load_settings(args).data_dir, target=args.target)
+    settings = load_settings(args)
+    target = _target(args, settings)
+    return local.status(
+        settings.data_dir, target=args.target, tls=client_tls(args, settings, target)
+    )
 
 
 # ---- client commands ------------------------------------------------------------------------

@@ -74,11 +74,21 @@ def resolve(args: argparse.Namespace) -> tuple[str, str, int | None, str | None]
     return manifest["redis"]["url"], settings.namespace, settings.shards, target
 
 
-def request_reload(target: str, timeout_s: float = RELOAD_TIMEOUT_S) -> bool:
-    """Ask the coordinator to rebuild its shards from Redis; False if it has no ``Reload``."""
+def _local_tls(data_dir, target: str):
+    """How to reach ``target`` if it is the local cluster's coordinator (its cluster.json)."""
+    from deploy.local import manifest_target, manifest_tls
+
+    return manifest_tls(data_dir) if target == manifest_target(data_dir) else None
+
+
+def request_reload(target: str, timeout_s: float = RELOAD_TIMEOUT_S, tls=None) -> bool:
+    """Ask the coordinator to rebuild its shards from Redis; False if it has no ``Reload``.
+    ``tls``: a ``geopubsub.client.Tls`` for a coordinator serving TLS (None: plaintext)."""
     import grpc
 
-    with grpc.insecure_channel(target) as channel:
+    from geopubsub.client import open_channel
+
+    with open_channel(target, tls, options=()) as channel:
         call = channel.unary_unary(
             RELOAD_METHOD,
             request_serializer=lambda _: b"",
@@ -120,7 +130,7 @@ def run_load(args: argparse.Namespace) -> int:
             spark.stop()
     if target is None:
         print("the cluster serves them from its next start (geopubsub up)")
-    elif request_reload(target):
+    elif request_reload(target, tls=_local_tls(args.data_dir, target)):
         print(f"the coordinator at {target} reloaded its shards and serves them")
     else:
         print(

@@ -24,7 +24,7 @@ from pathlib import Path
 import grpc
 
 from coordinator.convert import MAX_SUBSCRIBE_BATCH, to_proto_subscription
-from geopubsub.client import CHANNEL_OPTIONS
+from geopubsub.client import CHANNEL_OPTIONS, Tls, open_channel
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.errors import UnavailableError, ValidationError
@@ -86,13 +86,14 @@ async def register_subscriptions(
     batch: int = 1,
     ephemeral: bool = False,
     on_progress: Callable[[RegisterReport], None] | None = None,
+    tls: Tls | None = None,
 ) -> RegisterReport:
     """Subscribe every subscription of ``subs`` at ``target`` with ``in_flight`` calls pending,
     ``batch`` subscriptions a call (``SubscribeRequest.subscriptions`` when > 1; ``ephemeral``:
     their deliveries skip the retention log); returns counts and the rate. RESOURCE_EXHAUSTED and
     DEADLINE_EXCEEDED are retried; INVALID_ARGUMENT is counted and skipped (a batch refused so is
     sent again one by one, to keep the others); any other failure is raised. ``on_progress`` is
-    called every few seconds.
+    called every few seconds. ``tls``: for a coordinator serving TLS.
 
     >>> # asyncio.run(register_subscriptions("127.0.0.1:50051", read_subscriptions("subs.jsonl")))
     """
@@ -105,7 +106,7 @@ async def register_subscriptions(
     t0 = time.perf_counter()
     last = t0
 
-    async with grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS) as channel:
+    async with open_channel(target, tls, aio=True, options=CHANNEL_OPTIONS) as channel:
         stub = pb_grpc.GeoPubSubStub(channel)
 
         async def call(part: list[Subscription]) -> None:
@@ -209,9 +210,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from geopubsub.cluster_cli import client_target
+    from geopubsub.cluster_cli import client_connection
 
-    target = client_target(args)
+    target, tls = client_connection(args)
     bad = RegisterReport()
 
     def progress(r: RegisterReport) -> None:
@@ -226,6 +227,7 @@ def run(args: argparse.Namespace) -> int:
                 batch=args.batch,
                 ephemeral=args.ephemeral,
                 on_progress=progress,
+                tls=tls,
             )
         )
     except grpc.aio.AioRpcError as exc:
@@ -273,7 +275,7 @@ def bulk_load(
         signal.signal(signal.SIGINT, sigint)
     loaded_s = time.perf_counter() - t0
     say("              the coordinator reloads its shards from Redis ...")
-    if not request_reload(cluster.target):
+    if not request_reload(cluster.target, tls=cluster.tls):
         raise UnavailableError(f"the coordinator at {cluster.target} has no Reload RPC")
     seconds = time.perf_counter() - t0
     say(
