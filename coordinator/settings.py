@@ -150,12 +150,7 @@ class Settings:
         _check(self.restart_window_s > 0, "restart_window_s", self.restart_window_s, "> 0")
         _check(bool(self.namespace), "namespace", self.namespace, "non-empty")
         _check(self.tls in ("", "auto"), "tls", self.tls, '"" or "auto"')
-        _check(
-            bool(self.tls_cert) == bool(self.tls_key),
-            "tls_key" if self.tls_cert else "tls_cert",
-            self.tls_key or self.tls_cert,
-            "given together with " + ("tls_cert" if self.tls_key else "tls_key"),
-        )
+        _check_pair(self, "tls_cert", "tls_key")
         _check(
             not (self.tls == "auto" and self.tls_cert),
             "tls_cert",
@@ -168,12 +163,7 @@ class Settings:
             self.tls_client_ca,
             'given with TLS on (tls = "auto", or tls_cert and tls_key)',
         )
-        _check(
-            bool(self.client_cert) == bool(self.client_key),
-            "client_key" if self.client_cert else "client_cert",
-            self.client_key or self.client_cert,
-            "given together with " + ("client_cert" if self.client_key else "client_key"),
-        )
+        _check_pair(self, "client_cert", "client_key")
         _check(
             self.redis_fsync in ("always", "everysec", "no"),
             "redis_fsync",
@@ -238,6 +228,14 @@ def _parse(name: str, raw: Any, where: str) -> Any:
     except ValueError:
         pass
     raise ValidationError(where, raw, f"must be {kind.__name__}")
+
+
+def _check_pair(settings: Settings, a: str, b: str) -> None:
+    """Settings ``a`` and ``b`` are given both or neither; the missing one is named."""
+    got_a, got_b = bool(getattr(settings, a)), bool(getattr(settings, b))
+    if got_a != got_b:
+        missing, other = (b, a) if got_a else (a, b)
+        _check(False, missing, getattr(settings, missing), f"given together with {other}")
 
 
 def _check(ok: bool, name: str, value: Any, rule: str) -> None:
