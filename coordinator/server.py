@@ -31,6 +31,7 @@ from coordinator.convert import (
 from coordinator.dedupe import Dedupe
 from coordinator.deliveries import Deliveries
 from coordinator.engine import Engine, ShardHandle
+from coordinator.handlers import add_service
 from coordinator.metadata import Metadata
 from coordinator.retention import RoundLog
 from coordinator.settings import Settings
@@ -42,7 +43,7 @@ from shard.applus.tree import recentre
 from shard.errors import NotFoundError, UnavailableError, ValidationError
 from shard.geometry import region_bbox
 from shard.heap import freeze_long_lived, loading
-from shard.model import Point, Subscription
+from shard.model import Point, Subscription, validate_id
 from shard.partition_map import PartitionMap
 
 log = logging.getLogger(__name__)
@@ -385,7 +386,7 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
 
     @grpc_errors
     async def GetSubscription(self, request, context):
-        sub = self.engine.subs.get(request.id)
+        sub = self.engine.subs.get(validate_id("id", request.id))
         if sub is None:
             raise NotFoundError("subscription", request.id)
         out = to_proto_subscription(sub)
@@ -505,7 +506,7 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
 
     @grpc_errors
     async def StreamResults(self, request, context):
-        if request.id not in self.engine.subs:
+        if validate_id("id", request.id) not in self.engine.subs:
             raise NotFoundError("subscription", request.id)
         async for d in self.app.deliveries.stream(request.id, request.after_sequence):
             yield d
@@ -617,7 +618,7 @@ async def create_server(
     coordinator); stop with ``await stop_server(server, coordinator)``."""
     app = Coordinator(settings, shard_factory, clock=clock)
     server = grpc.aio.server()
-    pb_grpc.add_GeoPubSubServicer_to_server(GeoPubSubService(app), server)
+    add_service(GeoPubSubService(app), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = (

@@ -50,13 +50,13 @@ class NotFoundError(GeoPubSubError, KeyError):
     def __init__(self, kind: str, ident: str) -> None:
         self.kind = kind
         self.ident = ident
-        super().__init__(f"{kind} {ident!r} not found")
+        super().__init__(f"{kind} {_show(ident)} not found")
 
     def __reduce__(self):
         return (type(self), (self.kind, self.ident))
 
-    def __str__(self) -> str:  # KeyError would quote the message
-        return f"{self.kind} {self.ident!r} not found"
+    def __str__(self) -> str:  # KeyError would quote the message; a long id is cut (_show)
+        return f"{self.kind} {_show(self.ident)} not found"
 
 
 class UnavailableError(GeoPubSubError):
