@@ -10,6 +10,7 @@ validated there and passed down. Nothing below the entry point reads the environ
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -101,6 +102,10 @@ class Settings:
     tls_client_ca: str = ""
     """PEM CA certificate(s): mutual TLS, every client must present a certificate it signed
     (the launcher's own health checks use ``client_cert`` / ``client_key``)."""
+    insecure: bool = False
+    """Allow serving a non-loopback ``host`` without TLS (anyone who reaches the port can then read
+    and change every subscription, a moving one's location included). Without it such a start is
+    refused."""
     ca: str = ""
     """Client side: the PEM CA certificate(s) a client trusts for the coordinator's certificate
     (default for the local cluster: the one ``tls = "auto"`` made)."""
@@ -165,6 +170,14 @@ class Settings:
         )
         _check_pair(self, "client_cert", "client_key")
         _check(
+            self.tls_on or self.insecure or _loopback(self.host),
+            "host",
+            self.host,
+            "a loopback address unless TLS is on (tls, or tls_cert and tls_key): anyone who "
+            "reaches the port could read and change every subscription; insecure = true "
+            "accepts that",
+        )
+        _check(
             self.redis_fsync in ("always", "everysec", "no"),
             "redis_fsync",
             self.redis_fsync,
@@ -214,10 +227,21 @@ def _known(data: Mapping[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
+_BOOLS = {"true": True, "1": True, "yes": True, "on": True}
+_BOOLS |= {"false": False, "0": False, "no": False, "off": False}
+"""The words a boolean setting takes in the environment (``GEOPUBSUB_INSECURE=false``)."""
+
+
 def _parse(name: str, raw: Any, where: str) -> Any:
     kind = type(_FIELDS[name].default)
     try:
-        if kind is bool or isinstance(raw, kind) and not isinstance(raw, bool):
+        if kind is bool:
+            if isinstance(raw, bool):
+                return raw
+            if isinstance(raw, str) and raw.strip().lower() in _BOOLS:
+                return _BOOLS[raw.strip().lower()]
+            raise ValueError(raw)
+        if isinstance(raw, kind) and not isinstance(raw, bool):
             return raw
         if kind is int and isinstance(raw, str | int) and not isinstance(raw, bool):
             return int(raw)
@@ -228,6 +252,16 @@ def _parse(name: str, raw: Any, where: str) -> Any:
     except ValueError:
         pass
     raise ValidationError(where, raw, f"must be {kind.__name__}")
+
+
+def _loopback(host: str) -> bool:
+    """Whether binding ``host`` keeps the port on this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _check_pair(settings: Settings, a: str, b: str) -> None:

@@ -33,6 +33,7 @@ SETTING_FLAGS = (
     "tls_cert",
     "tls_key",
     "tls_client_ca",
+    "insecure",
     "ca",
     "client_cert",
     "client_key",
@@ -92,6 +93,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--tls-client-ca",
         dest="tls_client_ca",
         help="mutual TLS: clients must present a certificate this PEM CA signed",
+    )
+    up.add_argument(
+        "--insecure",
+        action="store_true",
+        default=None,
+        help="allow a non-loopback --host without TLS (anyone on the network can then read and "
+        "change every subscription)",
     )
     up.add_argument(
         "--cert", dest="client_cert", help="with --tls-client-ca: the launcher's own certificate"

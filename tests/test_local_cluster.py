@@ -234,7 +234,11 @@ def test_an_unreachable_redis_url_fails_fast(tmp_path):
 
 def test_settings_file_round_trips(tmp_path):
     settings = Settings(
-        shards=5, host="0.0.0.0", redis_url='redis://h:1/0?x="y"', batch_delay_ms=0.5
+        shards=5,
+        host="0.0.0.0",
+        insecure=True,
+        redis_url='redis://h:1/0?x="y"',
+        batch_delay_ms=0.5,
     )
     local.write_settings(settings, tmp_path / "s.toml")
     assert Settings.load(file=tmp_path / "s.toml") == settings

@@ -67,6 +67,22 @@ def test_tls_settings_that_do_not_fit_are_named(flags, field):
     assert info.value.field == field
 
 
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.0.2.7", "example.org"])
+def test_a_non_loopback_bind_needs_tls_or_insecure(host):
+    with pytest.raises(ValidationError) as info:
+        Settings.load(flags={"host": host})
+    assert info.value.field == "host" and "insecure = true" in str(info.value)
+    assert Settings.load(flags={"host": host, "insecure": True}).host == host
+    assert Settings.load(flags={"host": host, "tls": "auto"}).tls_on
+    assert Settings.load(env={"GEOPUBSUB_HOST": host, "GEOPUBSUB_INSECURE": "true"}).insecure
+    with pytest.raises(ValidationError, match="host"):  # "false" is false
+        Settings.load(env={"GEOPUBSUB_HOST": host, "GEOPUBSUB_INSECURE": "false"})
+    with pytest.raises(ValidationError, match="GEOPUBSUB_INSECURE"):
+        Settings.load(env={"GEOPUBSUB_INSECURE": "maybe"})
+    for loopback in ("127.0.0.1", "127.0.0.2", "::1", "localhost"):
+        assert Settings.load(flags={"host": loopback}).host == loopback
+
+
 def test_unreadable_tls_files_are_named(tmp_path, redis_url):
     s = Settings.load(
         flags={
@@ -149,6 +165,8 @@ def test_up_with_tls_auto_serves_tls_to_the_cli_and_refuses_plaintext(tmp_path):
 
     refused = geopubsub("up", "--tls", "auto", "--tls-client-ca", str(tmp_path / "x.pem"))
     assert refused.returncode == 2 and "client_cert" in refused.stderr, refused.stderr
+    exposed = geopubsub("up", "--host", "0.0.0.0")
+    assert exposed.returncode == 2 and "host='0.0.0.0'" in exposed.stderr, exposed.stderr
 
     up = geopubsub("up", "--detach", "--tls", "auto", "--port", "0", timeout=300)
     try:
