@@ -60,7 +60,7 @@ from deploy.processes import (
     stop_session,
 )
 from deploy.redis_local import RedisServer, load_or_create_password, stop_redis
-from deploy.tls import default_hosts, local_tls
+from deploy.tls import certificate_names, default_hosts, local_tls
 from geopubsub.client import GeoPubSubClient, Tls, describe_stats
 from shard.errors import GeoPubSubError, UnavailableError, ValidationError
 from shard.metadata_codec import redacted
@@ -134,7 +134,9 @@ def manifest_tls(data_dir: str | Path) -> Tls | None:
 
 def _tls_of(coord: dict[str, Any]) -> Tls | None:
     tls = coord.get("tls")
-    return Tls(tls.get("ca"), tls.get("cert"), tls.get("key")) if tls else None
+    if not tls:
+        return None
+    return Tls(tls.get("ca"), tls.get("cert"), tls.get("key"), tls.get("server_name"))
 
 
 def _launcher_tls(settings: Settings, ca: str | None) -> Tls | None:
@@ -147,7 +149,17 @@ def _launcher_tls(settings: Settings, ca: str | None) -> Tls | None:
             settings.client_cert,
             "needed with tls_client_ca: the launcher checks the coordinator's health as a client",
         )
-    return Tls(ca or settings.ca or None, settings.client_cert or None, settings.client_key or None)
+    server_name = None
+    if settings.tls_cert:  # the launcher dials 127.0.0.1: verify the name the certificate has
+        names = certificate_names(settings.tls_cert)
+        if names and not {"127.0.0.1", "localhost"} & set(names):
+            server_name = names[0]
+    return Tls(
+        ca or settings.ca or None,
+        settings.client_cert or None,
+        settings.client_key or None,
+        server_name,
+    )
 
 
 def _running(manifest: dict[str, Any]) -> list[str]:

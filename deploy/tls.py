@@ -144,6 +144,17 @@ def local_tls(directory: str | Path, hosts: list[str]) -> TlsFiles:
     return files
 
 
+def certificate_names(path: str | Path) -> list[str]:
+    """The DNS names and IP addresses a PEM certificate is for (its subject alternative names);
+    [] when it has none or the file is not a certificate."""
+    try:
+        cert = x509.load_pem_x509_certificate(Path(path).read_bytes())
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except (OSError, ValueError, x509.ExtensionNotFound):
+        return []
+    return [str(n.value) for n in names if isinstance(n, x509.DNSName | x509.IPAddress)]
+
+
 def client_certificate(directory: str | Path, name: str) -> tuple[Path, Path]:
     """A client certificate for mutual TLS, issued by the CA under ``directory`` (``local_tls``
     made it): ``(<name>.pem, <name>.key)`` there."""

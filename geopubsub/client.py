@@ -72,12 +72,14 @@ CHANNEL_OPTIONS = (
 @dataclass(frozen=True, slots=True)
 class Tls:
     """How a client reaches a coordinator that serves TLS: ``ca``, the PEM file of the CA(s) it
-    trusts (None: the system's roots), and for mutual TLS ``cert`` / ``key``, its own
-    certificate and key."""
+    trusts (None: the system's roots), for mutual TLS ``cert`` / ``key``, its own certificate
+    and key, and ``server_name``, the name the server's certificate must carry when it is not
+    the target's host (a certificate for ``geo.example.org`` reached at 127.0.0.1)."""
 
     ca: str | None = None
     cert: str | None = None
     key: str | None = None
+    server_name: str | None = None
 
     def credentials(self) -> grpc.ChannelCredentials:
         def read(field: str, path: str | None) -> bytes | None:
@@ -103,6 +105,8 @@ def open_channel(
     mod = grpc.aio if aio else grpc
     if tls is None:
         return mod.insecure_channel(target, options=options)
+    if tls.server_name:
+        options = (*options, ("grpc.ssl_target_name_override", tls.server_name))
     return mod.secure_channel(target, tls.credentials(), options=options)
 
 

@@ -150,6 +150,30 @@ def test_tls_and_mutual_tls_refuse_who_does_not_hold_the_right_keys(tmp_path, re
     asyncio.run(main())
 
 
+def test_a_certificate_for_another_name_is_verified_against_that_name(tmp_path, redis_url):
+    """A server certificate for geo.example.org reached at 127.0.0.1: the client says which name
+    to verify (``Tls.server_name``); the launcher finds it in the certificate itself."""
+    files = local_tls(tmp_path / "named", ["geo.example.org"])
+    flags = {"port": 0, "redis_url": redis_url, "namespace": uuid.uuid4().hex}
+    flags |= {"tls_cert": str(files.cert), "tls_key": str(files.key)}
+    settings = Settings.load(flags=flags)
+    assert local._launcher_tls(settings, str(files.ca)).server_name == "geo.example.org"
+
+    async def main():
+        server, port, app = await create_server(settings, lambda k: LocalShard(k))
+        target = f"127.0.0.1:{port}"
+        try:
+            named = Tls(str(files.ca), server_name="geo.example.org")
+            assert await _subscribe(target, named, "n1") == grpc.StatusCode.OK
+            assert await _subscribe(target, Tls(str(files.ca)), "n2") == grpc.StatusCode.UNAVAILABLE
+            wrong = Tls(str(files.ca), server_name="other.example.org")
+            assert await _subscribe(target, wrong, "n3") == grpc.StatusCode.UNAVAILABLE
+        finally:
+            await stop_server(server, app)
+
+    asyncio.run(main())
+
+
 def test_up_with_tls_auto_serves_tls_to_the_cli_and_refuses_plaintext(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("GEOPUBSUB_")}
     where = ["--data-dir", str(tmp_path)]
