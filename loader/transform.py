@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import Any
@@ -39,6 +38,7 @@ from shard.errors import ValidationError
 from shard.geometry import region_bbox
 from shard.metadata_codec import encode_subscription
 from shard.partition_map import PartitionMap, bbox_centre
+from shard.workload import json_object
 
 OK, BAD, BLOCK, SUMMARY = 0, 1, 2, 3
 
@@ -79,10 +79,7 @@ def jsonl_payload(line: str) -> Any:
     ``shard.workload.iter_jsonl`` does)."""
     if not line.strip():
         return None
-    obj = json.loads(line)
-    if not isinstance(obj, dict):
-        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
-    return obj
+    return json_object(line)
 
 
 def csv_payload(line: str) -> Any:
@@ -91,7 +88,10 @@ def csv_payload(line: str) -> Any:
     names the field and the bad value."""
     if not line.strip() or line.strip() == CSV_HEADER:
         return None
-    cells = next(csv.reader([line]))
+    try:
+        cells = next(csv.reader([line]))
+    except csv.Error as exc:  # a bare carriage return, say: a rejected row, not a failed job
+        raise ValueError(f"not a CSV row: {exc}") from None
     if len(cells) != len(CSV_COLUMNS):
         raise ValueError(f"expected {len(CSV_COLUMNS)} columns ({CSV_HEADER}), got {len(cells)}")
     c = dict(zip(CSV_COLUMNS, cells, strict=True))

@@ -17,6 +17,25 @@ class WorkloadError(ValidationError):
     """A bad line under ``--strict``: ``field`` is ``file:line``."""
 
 
+def json_object(text: str) -> dict:
+    """One line's JSON object. Raises ValueError for text that is no JSON, another JSON value,
+    or nesting too deep for the parser (which would raise RecursionError: a line of 5,000 ``[``
+    must be a rejected row, not a failed job).
+
+    >>> json_object('{"id": "a"}'), json_object("[" * 5000 + "]" * 5000)
+    Traceback (most recent call last):
+    ...
+    ValueError: JSON nested too deeply
+    """
+    try:
+        obj = json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
 def iter_jsonl(
     path: str | Path,
     parse: Callable[[Any], T],
@@ -34,10 +53,7 @@ def iter_jsonl(
             if not raw.strip():
                 continue
             try:
-                obj = json.loads(raw.decode("utf-8"))
-                if not isinstance(obj, dict):
-                    raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
-                yield parse(obj)
+                yield parse(json_object(raw.decode("utf-8")))
             except (ValueError, ValidationError) as exc:
                 reason = (
                     str(exc)

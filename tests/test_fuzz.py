@@ -316,3 +316,51 @@ def test_reload_with_garbage_and_then_the_cluster_still_serves_exactly(coordinat
     except grpc.RpcError as exc:
         assert exc.code() is grpc.StatusCode.DEADLINE_EXCEEDED
     assert [(d.sequence, d.message.id) for d in got] == [(1, hit.id)]
+
+
+# ---- loader rows ---------------------------------------------------------------------------
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | _DOUBLE | _TEXT,
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(_TEXT, inner, max_size=4),
+    max_leaves=20,
+)
+_ROW = st.dictionaries(
+    st.sampled_from(["id", "keywords", "expr", "rect", "circle", "moving", "ephemeral", "x"]),
+    _JSON,
+    max_size=6,
+)
+
+
+def _lines() -> st.SearchStrategy:
+    import json
+
+    return st.lists(
+        st.one_of(
+            _ROW.map(lambda d: json.dumps(d, allow_nan=True)),
+            st.text(max_size=80),
+            st.just("[" * 5_000 + "]" * 5_000),  # nesting deeper than the recursion limit
+            st.just('{"id": "a", "keywords": ["x"], "rect": [0, 0, 1, 1]}'),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=_lines())
+def test_every_loader_row_is_kept_or_rejected_with_a_reason_never_an_exception(lines):
+    """What the Spark job's executors run on each row (``loader.transform``): a row is an OK
+    record or a BAD one with a reason, whatever it holds; the job never fails on a row."""
+    from loader import transform
+
+    for payload, raw in (
+        (transform.jsonl_payload, lines),
+        (transform.csv_payload, [line.replace("\n", " ") for line in lines]),
+    ):
+        out = list(transform.validate_rows([("f", 0, x) for x in raw], payload))
+        rows = [r for r in out if r[0] in (transform.OK, transform.BAD)]
+        assert len(rows) <= len(raw)  # (blank lines give none)
+        assert all(isinstance(r[4], str) and r[4] for r in rows if r[0] == transform.BAD)
+        assert out[-1][0] == transform.SUMMARY
+        if payload is transform.jsonl_payload:
+            assert len(rows) == sum(1 for x in raw if x.strip())
