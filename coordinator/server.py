@@ -111,6 +111,7 @@ class Coordinator:
         """The health service (``create_server`` sets it)."""
         self._unhealthy: asyncio.Task | None = None
         self._health_task: asyncio.Task | None = None
+        self._stopping = False
         self._health_now: dict[str, int] = {}
         """The status last set per health service name."""
         self._loop_failed = False
@@ -228,8 +229,12 @@ class Coordinator:
         self._health_task = asyncio.get_running_loop().create_task(self._watch_health())
 
     async def _watch_health(self) -> None:
-        while True:
+        # ends on ``_stopping`` too: a cancellation can be lost inside a library call (it was:
+        # the CI run that hung 80 minutes in ``stop``, waiting for this task)
+        while not self._stopping:
             await asyncio.sleep(HEALTH_CHECK_S)
+            if self._stopping:
+                return
             try:
                 await self._check_health()
             except Exception:  # a bug: the watch goes on
@@ -264,10 +269,13 @@ class Coordinator:
                 await self.health.set(name, status)
 
     async def stop(self) -> None:
+        self._stopping = True
         if self._health_task is not None:
             self._health_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._health_task
+            # bounded: it also ends by itself within HEALTH_CHECK_S now that _stopping is set
+            done, _ = await asyncio.wait({self._health_task}, timeout=2 * HEALTH_CHECK_S + 1)
+            if not done:
+                log.warning("the health watch did not stop; going on without it")
         if self.engine is not None:
             await self.engine.stop()
         await self.deliveries.drain()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 import uuid
 
 import grpc
@@ -487,5 +489,31 @@ def test_a_subscribe_batch_is_written_whole_or_not_at_all_at_the_maxmemory_borde
             seen.add(written)
         assert seen == {True, False}
         await md.close()
+
+    asyncio.run(main())
+
+
+def test_stop_returns_even_if_the_health_watch_loses_its_cancellation(redis_url, monkeypatch):
+    """What hung a CI run for 80 minutes: ``stop`` awaited the health watch task, whose
+    cancellation a library call swallowed (simulated here), so it slept and looped forever."""
+    from coordinator import server as server_mod
+
+    real = server_mod.Coordinator._check_health
+
+    async def swallowing(self):
+        with contextlib.suppress(asyncio.CancelledError):  # the cancellation lands here, lost
+            await asyncio.sleep(0.2)
+        await real(self)
+
+    monkeypatch.setattr(server_mod.Coordinator, "_check_health", swallowing)
+    monkeypatch.setattr(server_mod, "HEALTH_CHECK_S", 0.05)
+
+    async def main():
+        server, _, app = await create_server(_settings(redis_url), lambda k: LocalShard(k))
+        await asyncio.sleep(0.3)  # the watch is running, in a check now and then
+        t0 = time.monotonic()
+        await asyncio.wait_for(stop_server(server, app), 30)
+        assert time.monotonic() - t0 < 10
+        assert app._health_task.done()
 
     asyncio.run(main())
