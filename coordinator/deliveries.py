@@ -191,8 +191,21 @@ class Deliveries:
             [(m.encode(), _EXPIRY.pack(e) + p) for m, e, p in rnd.stored],
             [m.encode() for m in rnd.expired],
             [(sid.encode(), _POINT.pack(x, y)) for sid, x, y in rnd.moved],
+            (rnd.outage_reset, rnd.outage_done, rnd.outage_noted),
+            rnd.told,
         )
-        if d.size or pub_ids or leases or rnd.stored or rnd.expired or rnd.moved:
+        if (
+            d.size
+            or pub_ids
+            or leases
+            or rnd.stored
+            or rnd.expired
+            or rnd.moved
+            or rnd.outage_reset
+            or rnd.outage_done
+            or rnd.outage_noted
+            or rnd.told
+        ):
             n = self.log.next_round()
             blob = self._blob(n, rnd, slots, seqs, kinds, d, [matched[i] for i in pub_ids], pub_ids)
         # who follows a delivery is settled now, with the numbering (a stream that opens later

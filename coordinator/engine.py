@@ -41,7 +41,7 @@ import logging
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -111,6 +111,11 @@ class Op:
     shard: int = -1
     """A "redo" operation (``arg``: an item a reloaded shard missed, and the subscription before
     it): the shard it goes to again, its updates delivered (``coordinator.outages``)."""
+    clears: bytes = b""
+    """A "redo" operation that is its subject's last: the outage record field its round
+    deletes."""
+    skip: frozenset[int] = frozenset()
+    """A replayed message: shards it is not stored in again (they get it as a "redo")."""
 
 
 REPLAY_MIN_TTL_S = 1e-3
@@ -367,15 +372,32 @@ class Engine:
         self._queued(ops)
         return [op.future for op in ops]
 
-    def replay(self, entries: Sequence[tuple[Message, bytes, float]]) -> None:
+    def replay(
+        self,
+        entries: Sequence[tuple[Message, bytes, float]],
+        skip: Mapping[str, frozenset[int]] | None = None,
+    ) -> None:
         """Store live messages (message, payload, expiry) in the shards again, before every
         operation waiting, without delivering them again; the engine learns them, and which
-        subscriptions hold each, anew (at start)."""
+        subscriptions hold each, anew (at start). ``skip``: message id -> shards that missed
+        it (their outage record says so) and get it as a "redo" instead."""
         if not entries:
             return
         loop = asyncio.get_running_loop()
+        skip = skip or {}
         self.queue_first(
-            [Op("pub", m, loop.create_future(), p, replay=True, expiry=e) for m, p, e in entries]
+            [
+                Op(
+                    "pub",
+                    m,
+                    loop.create_future(),
+                    p,
+                    replay=True,
+                    expiry=e,
+                    skip=skip.get(m.id, frozenset()),
+                )
+                for m, p, e in entries
+            ]
         )
 
     def queue_first(self, ops: list[Op]) -> None:
@@ -506,7 +528,7 @@ class Engine:
         for k, outage in down.items():
             if per[k]:
                 skipped[k] = outage.error
-                outage.note(items_on(ops, where, per, k))
+                self.recovery.note(k, items_on(ops, where, per, k))
         results = asyncio.ensure_future(
             asyncio.gather(*(self.shards[k].apply(per[k], now) for k in ks), return_exceptions=True)
         )
@@ -585,6 +607,8 @@ class Engine:
                 if places:
                     k, i = places[0]
                     self.recovery.merge_redo(op, by_shard[k][1][i], reached[k][i], rnd)
+                elif op.clears:  # (nothing to apply: its message is gone)
+                    rnd.outage_done.append((op.shard, op.clears))
                 rnd.spans.append((op, start, len(rnd.subs)))
                 continue
             if len(places) == 1 and op.kind == "pub" and op.arg.id not in multi:
@@ -631,8 +655,10 @@ class Engine:
             else:
                 if op.kind == "move":
                     rnd.moved.append((op.arg, op.point.lon, op.point.lat))
-                elif op.kind == "sub" and op.arg.moving:  # its own centre, after earlier moves
-                    rnd.moved.append((op.arg.id, *region_centre(op.arg.region)))
+                elif op.kind == "sub":
+                    rnd.told.append(op.arg.id)
+                    if op.arg.moving:  # its own centre, after earlier moves
+                        rnd.moved.append((op.arg.id, *region_centre(op.arg.region)))
                 parts = [p for p in parts if not isinstance(p, Exception)]
                 self.merge([(slot(s), g, m) for p in parts for s, g, m in p], rnd, op)
                 if op.kind == "unsub":  # (its counts go once the rounds before are merged)
@@ -641,6 +667,7 @@ class Engine:
                     for counts in multi.values():
                         counts.pop(gone, None)
             rnd.spans.append((op, start, len(rnd.subs)))
+        self.recovery.take_notes(rnd)
         self.stats["rounds"] += 1
         return rnd
 
@@ -701,7 +728,8 @@ class Engine:
             elif not op.replay:
                 self.stats["published"] += 1
             for k in targets:
-                send(k, ("pub", m))
+                if k not in op.skip:
+                    send(k, ("pub", m))
         elif op.kind == "sub":
             s: Subscription = op.arg
             old = self.placement.get(s.id, ())

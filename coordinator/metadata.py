@@ -46,10 +46,17 @@ single Redis allows."""
 
 
 PUT_SCRIPT = b"""#!lua
-local prefix, subs, eph, stamp = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-for i = 5, #ARGV, 4 do
+local prefix, subs, eph, stamp, untold = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+for i = 6, #ARGV, 4 do
   local id = ARGV[i]
   local k = prefix .. id
+  if untold ~= '' then
+    if redis.call('HEXISTS', k, 'told') == 0 then
+      redis.call('HSET', k, 'told', redis.call('HGET', k, 'sub') or '')
+    end
+    redis.call('HINCRBY', k, 'pending', 1)
+    redis.call('SADD', untold, id)
+  end
   redis.call('HSETNX', k, 'created', stamp)
   redis.call('HSET', k, 'sub', ARGV[i + 1], 'shards', ARGV[i + 2], 'updated', stamp)
   redis.call('SADD', subs, id)
@@ -61,11 +68,36 @@ for i = 5, #ARGV, 4 do
 end
 return 1
 """
-"""``put_subscriptions``: ARGV = hash key prefix, the id set, the ephemeral set, the stamp, then
-per subscription its id, JSON, shards and ephemeral flag ('1', '0', '-': unchanged). The
+"""``put_subscriptions``: ARGV = hash key prefix, the id set, the ephemeral set, the stamp, the
+untold set (empty: no marks), then per subscription its id, JSON, shards and ephemeral flag ('1',
+'0', '-': unchanged). With an untold set, each subscription is *marked* until the rounds that
+tell its subscriber of the change are written (``RoundLog.append`` unmarks it): ``told`` keeps
+the subscription as it was before the first change not yet told ('' : none), ``pending`` counts
+the changes on their way, and the id is in the untold set (``coordinator.outages``). The
 ``#!lua`` line gives it (empty) flags, so that Redis checks its maxmemory once, before the
 script runs, and then lets it finish: a script without flags is refused at its first write past
 maxmemory, after the writes before it. The field names are ``shard.metadata_codec``'s."""
+
+UNMARK_LUA = """
+local function unmark(key, untold, id, force)
+  if redis.call('EXISTS', key) == 0 then
+    redis.call('SREM', untold, id)
+  elseif force or redis.call('HINCRBY', key, 'pending', -1) <= 0 then
+    redis.call('HDEL', key, 'told', 'pending')
+    redis.call('SREM', untold, id)
+  end
+end
+"""
+"""Clears a subscription's untold mark (``PUT_SCRIPT``) once no change is pending (a gone
+subscription: its id leaves the set)."""
+UNMARK_SCRIPT = (
+    UNMARK_LUA
+    + """
+for i = 4, #ARGV do unmark(ARGV[1] .. ARGV[i], ARGV[2], ARGV[i], ARGV[3] == '1') end
+return 1
+"""
+).encode()
+"""``Metadata.unmark``: ARGV = hash key prefix, the untold set, force ('1' / '0'), the ids."""
 
 REDIS_RETRIES = 1
 """Retries of a command that failed on a broken connection or timed out (a connection left
@@ -129,12 +161,13 @@ class Metadata:
         now: float | None = None,
         *,
         ephemeral: Sequence[bool] | None = None,
+        mark: bool = False,
     ) -> None:
         """Upsert subscriptions with their shard placement (and, given ``ephemeral``, each one's
         flag) in one script call (``PUT_SCRIPT``): Redis runs it whole or, at its maxmemory,
         refuses it before it starts (a pipeline could stop part way and leave a batch half
         written). A Subscribe request is at most ``MAX_SUBSCRIBE_BATCH`` subscriptions (a few
-        ms of Redis). One packed command: a redis-py pipeline cost the coordinator ~2 commands'
+        ms of Redis). ``mark``: each is marked untold until its round is written. One packed command: a redis-py pipeline cost the coordinator ~2 commands'
         worth of Python per subscription."""
         if not items:
             return
@@ -144,6 +177,7 @@ class Metadata:
             codec.subs_key(self.ns).encode(),
             codec.ephemeral_key(self.ns).encode(),
             stamp,
+            self.untold_key.encode() if mark else b"",
         ]
         flags = ephemeral if ephemeral is not None else [None] * len(items)
         for (sub, shards), e in zip(items, flags, strict=True):
@@ -154,6 +188,34 @@ class Metadata:
                 b"-" if e is None else b"1" if e else b"0",
             )
         await self.eval_packed(PUT_SCRIPT, args)
+
+    @property
+    def untold_key(self) -> str:
+        """The set of subscriptions marked untold (``PUT_SCRIPT``)."""
+        return self.key("untold")
+
+    async def untold(self) -> dict[str, Subscription | None]:
+        """The subscriptions marked untold, each as its subscriber was last told (None: it had
+        none); one gone since is dropped from the set."""
+        ids = [i.decode() for i in await self._call(self.r.smembers(self.untold_key))]
+        out: dict[str, Subscription | None] = {}
+        gone = []
+        for i in ids:
+            raw = await self._call(self.r.hget(codec.sub_key(self.ns, i), "told"))
+            if raw is None:
+                gone.append(i)
+            else:
+                out[i] = codec.decode_subscription(raw) if raw else None
+        if gone:
+            await self._call(self.r.srem(self.untold_key, *gone))
+        return out
+
+    async def unmark(self, ids: Sequence[str], *, force: bool = False) -> None:
+        """One change of each of ``ids`` is told (or will never be: ``force`` clears the mark
+        whole)."""
+        if ids:
+            args = [codec.sub_key(self.ns, "").encode(), self.untold_key.encode(), b"1" if force else b"0"]
+            await self.eval_packed(UNMARK_SCRIPT, args + [i.encode() for i in ids])
 
     async def ephemeral_ids(self) -> set[str]:
         return {i.decode() for i in await self._call(self.r.smembers(codec.ephemeral_key(self.ns)))}

@@ -20,6 +20,17 @@ after the load in a round that delivers their updates:
 
 The live messages the shard had are stored again without deliveries (their holders were told).
 
+The coordinator itself may be killed while a shard is down. So that its successor still knows
+what that shard's subscribers were told, every missed item is also written to the shard's
+*outage record* in Redis, in the write of the round that missed it (before anything of that
+round is answered): a hash, one field per subject, the first value kept (``record``):
+``s``+subscription id -> the subscription as it was on the shard before (empty: not there),
+``m``+message id -> empty. When the shard is reloaded the record is rewritten to what it will
+apply again, and each field is deleted in the write of the round that delivers its subject's
+last redo. A coordinator that starts and finds a record loads that shard to what its
+subscribers were told and applies the difference to the state in Redis with deliveries
+(``from_record``).
+
 >>> from shard.model import Point, Rect, Subscription
 >>> a = Subscription("a", (("x",),), Rect(0, 0, 1, 1), moving=True)
 >>> a2 = Subscription("a", (("x",),), Rect(5, 5, 6, 6), moving=True)
@@ -27,7 +38,7 @@ The live messages the shard had are stored again without deliveries (their holde
 >>> missed = [(("move", "a", Point(5.5, 5.5)), a), (("sub", b, 7), None)]
 >>> share, redo = told({"a": a2, "b": b}, missed, {"a": a2, "b": b}.__contains__)
 >>> share
-[Subscription(id='a', clauses=(('x',),), region=Rect(min_lon=0, min_lat=0, max_lon=1, max_lat=1), moving=True, keywords=(), expr=None)]
+[Subscription(id='a', clauses=(('x',),), region=Rect(min_lon=0, min_lat=0, max_lon=1, max_lat=1), moving=True, keywords=None, expr=None)]
 >>> [item[0] for item, _ in redo]
 ['move', 'sub']
 """
@@ -38,7 +49,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from shard.errors import UnavailableError
-from shard.model import Subscription
+from shard.metadata_codec import decode_subscription, encode_subscription
+from shard.model import Message, Subscription
 
 MISSED_MAX = 100_000
 """Items routed to a shard while it is down, kept to apply again after its load; past this the
@@ -103,3 +115,95 @@ def told(
         else:
             out[sid] = before
     return list(out.values()), redo
+
+
+def record_field(item: tuple) -> bytes:
+    """The outage record's field of an item's subject: ``s`` + subscription id, or ``m`` +
+    message id."""
+    return (b"m" if item[0] == "pub" else b"s") + subject(item).encode()
+
+
+def record(missed: Sequence[Missed]) -> dict[bytes, bytes]:
+    """The outage record of ``missed``: each subject's field, and what its subscription was
+    on the shard before the first item (empty: not there; a message: empty)."""
+    out: dict[bytes, bytes] = {}
+    for item, before in missed:
+        f = record_field(item)
+        if f not in out:
+            out[f] = b"" if before is None else encode_subscription(before).encode()
+    return out
+
+
+def from_record(
+    k: int,
+    fields: Mapping[bytes, bytes],
+    subs: Mapping[str, Subscription],
+    placement: Mapping[str, tuple[int, ...]],
+    tag_of: Mapping[str, int],
+    live: Mapping[str, Message],
+) -> list[Missed]:
+    """The items shard ``k`` must apply again, found in its outage record at start (``fields``),
+    against the state in Redis: ``subs`` and their ``placement`` and slots (``tag_of``), the
+    ``live`` messages stored on ``k``. Each subscription whose record says otherwise than its
+    state now is replaced (``sub``: the shard sends the difference) or detached (it left ``k``),
+    with what it was before; each live message ``k`` missed is published to it. Subjects gone
+    since are left out (nobody is left to tell); ``told`` turns the share back.
+
+    >>> from shard.model import Point, Rect
+    >>> was = Subscription("a", (("x",),), Rect(0, 0, 1, 1), moving=True)
+    >>> now = Subscription("a", (("x",),), Rect(5, 5, 6, 6), moving=True)
+    >>> rec = record([(("move", "a", Point(5.5, 5.5)), was), (("pub", Message("m", ("x",), Point(5, 5))), None)])
+    >>> items = from_record(0, rec, {"a": now}, {"a": (0,)}, {"a": 3}, {"m": Message("m", ("x",), Point(5, 5))})
+    >>> [(item[0], item[-1] if item[0] == "sub" else item[1].id) for item, _ in items]
+    [('sub', 3), ('pub', 'm')]
+    >>> items[0][1].region == was.region
+    True
+    """
+    out: list[Missed] = []
+    for f, v in fields.items():
+        name = f[1:].decode()
+        if f[:1] == b"m":
+            m = live.get(name)
+            if m is not None:
+                out.append((("pub", m), None))
+            continue
+        s = subs.get(name)
+        if s is None:
+            continue
+        before = decode_subscription(v) if v else None
+        if k in placement.get(name, ()):
+            if before is None or not _same(before, s):
+                out.append((("sub", s, tag_of[name]), before))
+        elif before is not None:
+            out.append((("detach", name), before))
+    return out
+
+
+def _same(a: Subscription, b: Subscription) -> bool:
+    """Whether two versions of a subscription match the same (a decoded one may spell its
+    keywords otherwise)."""
+    return a.clauses == b.clauses and a.region == b.region and a.moving == b.moving
+
+
+def untold_records(
+    untold: Mapping[str, Subscription | None],
+    placed: Callable[[Subscription], Sequence[int]],
+    placement: Mapping[str, tuple[int, ...]],
+) -> dict[int, dict[bytes, bytes]]:
+    """The outage record fields that say what the subscriptions ``untold`` (id -> as its
+    subscriber was last told, None: not at all) were on each shard, where ``placed`` puts a
+    subscription and ``placement`` has them now: a coordinator killed between a Subscribe's
+    write to Redis and the round that told its subscriber leaves them so.
+
+    >>> from shard.model import Rect
+    >>> was = Subscription("a", (("x",),), Rect(0, 0, 1, 1))
+    >>> untold_records({"a": was, "b": None}, lambda s: (0,), {"a": (1,), "b": (0, 1)})
+    {0: {b'sa': b'{"id":"a","keywords":["x"],"rect":[0,0,1,1]}', b'sb': b''}, 1: {b'sa': b'', b'sb': b''}}
+    """
+    out: dict[int, dict[bytes, bytes]] = {}
+    for sid, was in untold.items():
+        before = placed(was) if was is not None else ()
+        value = b"" if was is None else encode_subscription(was).encode()
+        for k in sorted({*before, *placement.get(sid, ())}):
+            out.setdefault(k, {})[b"s" + sid.encode()] = value if k in before else b""
+    return out

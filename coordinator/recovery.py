@@ -27,7 +27,16 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from coordinator.outages import MISSED_MAX, Missed, Outage, subject, told
+from coordinator.outages import (
+    MISSED_MAX,
+    Missed,
+    Outage,
+    from_record,
+    record,
+    record_field,
+    subject,
+    told,
+)
 from coordinator.rounds import Round
 from shard.errors import ShardDeadError, UnavailableError
 from shard.model import Message
@@ -55,6 +64,19 @@ class Recovery:
         self.replace_shard = replace_shard
         """Makes a new handle for shard k when its actor is dead for good (the factory that
         made the first one)."""
+        # the outage records' changes since the last round was merged, which that round's
+        # write makes (``take_notes``): in this order, whole records deleted, fields deleted,
+        # fields added (the first value kept)
+        self.reset: set[int] = set()
+        self.settled: set[tuple[int, bytes]] = set()
+        self.unsaved: dict[tuple[int, bytes], bytes] = {}
+        self.uncounted: set[int] = set()
+        """Shards down from the start (their load failed): the netting counts have none of
+        their holders of the live messages (``Engine.multi``) until their reload stores them
+        again."""
+        self.restarted: dict[int, tuple[list[Missed], dict[bytes, int]]] = {}
+        """At start: what the shards that had an outage record apply again once loaded
+        (``restart``), with each record field's last item."""
         self.down: dict[int, Outage] = {}
         """Shards being reloaded -> the error their operations get, what they missed."""
         self.reloads: dict[int, asyncio.Task] = {}
@@ -70,6 +92,84 @@ class Recovery:
         were down, and reached subscriptions on the others: the message, its payload, the
         slots it reached so far, and the shards still to reach (once they are back: ADDs to
         the subscriptions not reached yet)."""
+
+    def note(self, k: int, items: Sequence[Missed]) -> None:
+        """Down shard ``k`` missed ``items``: kept to apply again, and for its outage record."""
+        outage = self.down[k]
+        outage.note(items)
+        if outage.overflow:
+            return
+        unsaved = self.unsaved
+        for f, v in record(items).items():
+            unsaved.setdefault((k, f), v)
+
+    def settle(self, k: int, fields: set[bytes] | None) -> None:
+        """Shard ``k``'s outage record loses ``fields`` (None: all of it) in the next round's
+        write: nothing is left to apply again for them."""
+        if fields is None:
+            self.reset.add(k)
+            self.unsaved = {x: v for x, v in self.unsaved.items() if x[0] != k}
+            return
+        for f in fields:
+            self.settled.add((k, f))
+            self.unsaved.pop((k, f), None)
+
+    def take_notes(self, rnd: Round) -> None:
+        """Give the round being merged the outage records' changes since the last one: its
+        write makes them before any of its updates is answered."""
+        if self.reset:
+            rnd.outage_reset, self.reset = sorted(self.reset), set()
+        if self.settled:
+            rnd.outage_done.extend(self.settled)
+            self.settled = set()
+        if self.unsaved:
+            rnd.outage_noted = [(k, f, v) for (k, f), v in self.unsaved.items()]
+            self.unsaved = {}
+
+    # ---- a coordinator that starts where a killed one left shards down -----------------------
+    def restart(
+        self,
+        records: dict[int, dict[bytes, bytes]],
+        per: dict[int, list],
+        live: Sequence[tuple[Message, bytes, float]],
+    ) -> dict[str, frozenset[int]]:
+        """At start, after ``Engine.restore`` and before the loads: the outage records the
+        coordinator before left (shard -> fields) turn each such shard's share in ``per`` back
+        to what its subscribers were told; what it then applies again with deliveries waits
+        in ``restarted`` (``resume``; a shard whose load fails takes it into its outage).
+        Returns the ``live`` messages some shards missed: id -> those shards (they get them
+        as a "redo", not stored again silently)."""
+        eng = self.engine
+        skip: dict[str, set[int]] = collections.defaultdict(set)
+        for k, fields in records.items():
+            on_k = {m.id: m for m, _, _ in live if k in eng.shards_of(m)}
+            items = from_record(k, fields, eng.subs, eng.placement, eng.slots.slot_of, on_k)
+            share, redo = told({s.id: s for s in per.get(k, ())}, items, eng.subs.__contains__)
+            per[k] = share
+            last = {record_field(x[0]): i for i, x in enumerate(redo)}
+            self.settle(k, set(fields) - last.keys())
+            self.restarted[k] = (redo, last)
+            for x, _ in redo:
+                if x[0] == "pub":
+                    skip[x[1].id].add(k)
+            log.warning(
+                "shard %d was down when the coordinator before stopped: loaded as its "
+                "subscribers were told, %d changes and messages it missed applied again",
+                k,
+                len(redo),
+            )
+        return {m: frozenset(ks) for m, ks in skip.items()}
+
+    def resume(self) -> None:
+        """After the loads at start (the engine started): queue what ``restart`` kept for the
+        shards that are up, ahead of everything (the live messages stored again go first)."""
+        ops = []
+        for k, (redo, last) in self.restarted.items():
+            if k not in self.down and redo:
+                ops += self.redo_ops(k, redo, last)
+        self.restarted.clear()
+        if ops:
+            self.engine.queue_first(ops)
 
     def down_shards(self) -> dict[int, str]:
         """The shards that are down (being reloaded), with why."""
@@ -91,23 +191,22 @@ class Recovery:
         eng = self.engine
         if eng.stopped:
             return
-        outage = self.down.get(k)
-        if outage is not None:
-            outage.note(items)
+        if k in self.down:
+            self.note(k, items)
             return
         why = (str(err).splitlines() or [type(err).__name__])[0]
         outage = self.down[k] = Outage(
             UnavailableError(f"shard {k} is down, being reloaded ({why})")
         )
-        outage.note(items)
+        self.note(k, items)
         for sent in eng.inflight:  # sent to it before it failed: their parts are lost
             if k in sent.ks and k not in sent.lost:
                 sent.lost[k] = outage.error
-                outage.note(items_on(sent.ops, sent.where, sent.per, k))
+                self.note(k, items_on(sent.ops, sent.where, sent.per, k))
         # what a reload before gave it to apply again and it has not yet been sent: after those
         stale = eng.take_pending(lambda op: op.kind == "redo" and op.shard == k)
         if stale:
-            outage.note([op.arg for op in stale])
+            self.note(k, [op.arg for op in stale])
         log.warning("shard %d is down (%s); reloading it", k, why)
         self.reloads[k] = asyncio.get_running_loop().create_task(
             self._reload(k), name=f"reload-shard-{k}"
@@ -127,6 +226,7 @@ class Recovery:
                 if outage.overflow:  # too much missed: loaded as things are now
                     outage.overflow = False
                     outage.missed.clear()
+                    self.settle(k, None)
                     log.warning(
                         "shard %d missed more than %d changes: loaded from the current state "
                         "(its moving subscribers' holdings there may differ from what they "
@@ -180,6 +280,10 @@ class Recovery:
                     elif not exists(subject(x[0])):
                         continue
                     items.append(x)
+                # the record keeps what is applied again, each field until its last item's
+                # round is written
+                last = {record_field(x[0]): i for i, x in enumerate(items)}
+                self.settle(k, {record_field(x[0]) for x in outage.missed} - last.keys())
                 del self.down[k]
                 self.generation[k] += 1
                 now = eng.tick()
@@ -188,10 +292,12 @@ class Recovery:
                     for e in eng.live_in(k)
                     if e[0].id not in again
                 ]
+                count = k in self.uncounted
+                self.uncounted.discard(k)
                 if had or gone:  # (one gone since its load leaves first: its tag may be reused)
-                    self._replay(k, [("unsub", sid) for sid in gone] + had, now)
+                    self._replay(k, [("unsub", sid) for sid in gone] + had, now, count)
                 if items:
-                    eng.queue_first([eng.redo_op(x, k) for x in items])
+                    eng.queue_first(self.redo_ops(k, items, last))
                 eng.stats["shard_reloads"] += 1
                 log.warning(
                     "shard %d reloaded with %d subscriptions (%d live messages stored again, "
@@ -205,6 +311,14 @@ class Recovery:
                 return
         finally:
             self.reloads.pop(k, None)
+
+    def redo_ops(self, k: int, items: Sequence[Missed], last: dict[bytes, int]) -> list[Op]:
+        """The "redo" operations of ``items`` on shard ``k``; ``last``: the index of each
+        outage record field's last item (its round deletes the field)."""
+        ops = [self.engine.redo_op(x, k) for x in items]
+        for f, i in last.items():
+            ops[i].clears = f
+        return ops
 
     async def _replace(self, k: int, exc: Exception) -> None:
         """Give shard ``k`` a new actor: Ray gave the old one up for good."""
@@ -221,11 +335,12 @@ class Recovery:
                     if asyncio.iscoroutine(result):
                         await result
 
-    def _replay(self, k: int, items: list[tuple], now: float) -> None:
+    def _replay(self, k: int, items: list[tuple], now: float, count: bool) -> None:
         """Send the changes missed by reloaded shard ``k`` and its live messages ahead of its
         next round (a handle answers calls in the order made); their updates are nobody's (the
         operations were answered UNAVAILABLE; the live messages' holders were told before,
-        and the netting counts still hold them). If it fails, the shard is down again."""
+        and the netting counts still hold them; ``count``: they do not, the shard was down
+        from the start, ``uncounted``). If it fails, the shard is down again."""
         eng = self.engine
         generation = self.generation[k]
         call = asyncio.ensure_future(eng.shards[k].apply(items, now))
@@ -233,9 +348,29 @@ class Recovery:
         def done(task: asyncio.Task) -> None:
             exc = None if task.cancelled() else task.exception()
             if exc is not None and generation == self.generation[k] and not eng.stopped:
+                if count:  # (counted when a reload stores them again)
+                    self.uncounted.add(k)
                 self.failed(k, exc)
+            elif exc is None and count:  # who holds what, learnt now
+                self._count(items, task.result())
 
         call.add_done_callback(done)
+
+    def _count(self, items: list[tuple], answer) -> None:
+        """Add the holders a shard reports for the messages it stored again (``items``, its
+        ``answer``) to the netting counts of the messages stored on several shards."""
+        multi = self.engine.multi
+        parts, tags = answer[1], answer[2]
+        tl = tags.tolist() if len(tags) else []
+        pos = 0
+        for item, n in zip(items, parts, strict=True):
+            if type(n) is not int:
+                continue
+            counts = multi.get(item[1].id) if item[0] == "pub" else None
+            if counts is not None:
+                for s in tl[pos : pos + n]:
+                    counts[s] = counts.get(s, 0) + 1
+            pos += n
 
     # ---- "redo" operations: routed to their shard again, their updates delivered -------------
     def route_redo(self, op: Op, now: float) -> tuple | None:
@@ -259,6 +394,8 @@ class Recovery:
         (``reached``: the slots a publish reached on that shard)."""
         if isinstance(part, Exception):  # noted missed again
             return
+        if op.clears:
+            rnd.outage_done.append((op.shard, op.clears))
         eng = self.engine
         item = op.arg[0]
         if item[0] == "pub":

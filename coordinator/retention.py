@@ -22,6 +22,8 @@ Keys (``{ns}`` is ``Settings.namespace``)::
                              expired (a restart stores them in the shards again)
     {ns}:pos         hash    moving subscription id -> ``<dd`` lon, lat: its centre after its
                              last move (a restart puts it there)
+    {ns}:outage:{k}  hash    shard k's outage record: what it missed while it was down and
+                             has not yet been told again (``coordinator.outages``)
 
 A blob (little-endian): ``HEAD`` ``<4sQdIIIIII``: magic, round, time, subscriptions, deliveries,
 messages, DIR length, published ids, PUB length; ``DIR``: "\\n" id "\\n" id ... "\\n" (ids are
@@ -42,7 +44,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from coordinator.metadata import Metadata
+from coordinator.metadata import UNMARK_LUA, Metadata
 from coordinator.rounds import REMOVE
 from geopubsub.v1 import geopubsub_pb2 as pb
 
@@ -57,7 +59,9 @@ served in several calls)."""
 SCAN_BATCH = 256
 """Blobs fetched per pipeline when the log is read at start."""
 
-APPEND_SCRIPT = b"""
+APPEND_SCRIPT = (
+    UNMARK_LUA
+    + """
 local n = ARGV[1]
 redis.call('SET', ARGV[2] .. n, ARGV[3], 'EX', ARGV[4])
 redis.call('SET', ARGV[5], n)
@@ -75,16 +79,46 @@ each('HSET', ARGV[6], 2)
 each('HSET', ARGV[7], 2)
 each('HDEL', ARGV[7], 1)
 each('HSET', ARGV[8], 2)
+local function per_key(cmd, width)
+  local stop = i + 1 + width * tonumber(ARGV[i])
+  i = i + 1
+  while i < stop do
+    redis.call(cmd, unpack(ARGV, i, i + width - 1))
+    i = i + width
+  end
+end
+per_key('DEL', 1)
+per_key('HDEL', 2)
+per_key('HSETNX', 3)
+local told = i + 3 + tonumber(ARGV[i])
+for j = i + 3, told - 1 do unmark(ARGV[i + 1] .. ARGV[j], ARGV[i + 2], ARGV[j], false) end
+i = told
 while i <= #ARGV do
   redis.call('DEL', ARGV[2] .. ARGV[i])
   i = i + 1
 end
 return 1
 """
+).encode()
 """ARGV: round, blob prefix, blob, ttl, round_hi key, lease key, live key, position key; then
-four groups, each a count and its items: leases (id, sequence), live messages stored (id,
-``<d`` expiry + payload), live messages expired (id), positions (id, ``<dd`` lon, lat); then
-the rounds to delete (trimmed). Items go 1,000 values a command (Lua's unpack takes ~8,000)."""
+seven groups, each a count and its items: leases (id, sequence), live messages stored (id,
+``<d`` expiry + payload), live messages expired (id), positions (id, ``<dd`` lon, lat), outage
+records deleted (key), outage fields settled (key, field), outage fields noted (key, field,
+value; the first value kept); then the count of subscribe changes told, the subscription key
+prefix, the untold set, and their ids (``Metadata.unmark``); then the rounds to delete
+(trimmed). Items go 1,000 values a command (Lua's unpack takes ~8,000)."""
+
+ADOPT_SCRIPT = (
+    UNMARK_LUA
+    + """
+local n = tonumber(ARGV[3])
+for i = 4, 3 + 3 * n, 3 do redis.call('HSETNX', ARGV[i], ARGV[i + 1], ARGV[i + 2]) end
+for i = 4 + 3 * n, #ARGV do unmark(ARGV[1] .. ARGV[i], ARGV[2], ARGV[i], true) end
+return 1
+"""
+).encode()
+"""``RoundLog.adopt``: ARGV = subscription key prefix, the untold set, the count of fields, the
+fields (outage record key, field, value), then the ids whose untold marks are cleared."""
 
 WALK_SCRIPT = b"""
 local prefix, pat = ARGV[1], '\\n' .. ARGV[2] .. '\\n'
@@ -164,6 +198,8 @@ class Recovered:
     rounds: list[tuple[int, float, int, list[str]]] = field(default_factory=list)
     published: dict[str, int] = field(default_factory=dict)
     last_round: int = 0
+    outages: dict[int, dict[bytes, bytes]] = field(default_factory=dict)
+    """Shard -> its outage record (``coordinator.outages``), for the shards that had one."""
 
 
 def encode_round(
@@ -292,6 +328,9 @@ class RoundLog:
         self.lease_key = md.key("lease").encode()
         self.live_key = md.key("live").encode()
         self.pos_key = md.pos_key.encode()
+        self.outage_prefix = md.key("outage", "").encode()
+        self.sub_prefix = md.key("sub", "").encode()
+        self.untold_key = md.untold_key.encode()
         self.last_round = 0
         """The last round number given out (``next_round``)."""
         self.kept: collections.deque[tuple[int, float, int, list[str]]] = collections.deque()
@@ -312,12 +351,18 @@ class RoundLog:
         stored: Sequence[tuple[bytes, bytes]] = (),
         expired: Sequence[bytes] = (),
         moved: Sequence[tuple[bytes, bytes]] = (),
+        outages: tuple[Sequence[int], Sequence[tuple[int, bytes]], Sequence[tuple[int, bytes, bytes]]]
+        = ((), (), ()),
+        told: Sequence[str] = (),
     ) -> list[str]:
         """Write round ``n``: its blob, ``leases`` (id, highest sequence of an ephemeral
         subscription), the messages it stored (id, ``<d`` expiry + payload) and expired (id),
-        the positions it moved subscriptions to (id, ``<dd`` lon, lat); the oldest rounds past
-        the budgets are deleted in the same call. Returns the client ids of the rounds dropped
-        (their duplicates are no longer detected)."""
+        the positions it moved subscriptions to (id, ``<dd`` lon, lat), the changes of the
+        shards' outage records (shards whose record is deleted, (shard, field) deleted,
+        (shard, field, value) added), the subscriptions whose change it tells (one each,
+        ``Metadata.unmark``); the oldest rounds past the budgets are deleted in the
+        same call. Returns the client ids of the rounds dropped (their duplicates are no
+        longer detected)."""
         self.kept.append((n, t, len(blob), pub_ids))
         self.bytes += len(blob)
         drop: list[tuple[int, float, int, list[str]]] = []
@@ -348,6 +393,18 @@ class RoundLog:
         args.append(b"%d" % len(moved))
         for k, v in moved:
             args += (k, v)
+        reset, settled, noted = outages
+        key = self.outage_key
+        args.append(b"%d" % len(reset))
+        args += [key(k) for k in reset]
+        args.append(b"%d" % len(settled))
+        for k, f in settled:
+            args += (key(k), f)
+        args.append(b"%d" % len(noted))
+        for k, f, v in noted:
+            args += (key(k), f, v)
+        args += (b"%d" % len(told), self.sub_prefix, self.untold_key)
+        args += [t.encode() for t in told]
         args += [b"%d" % d[0] for d in drop]
         try:
             await self.md.eval_packed(APPEND_SCRIPT, args)
@@ -360,6 +417,21 @@ class RoundLog:
                 self.bytes += old[2]
             raise
         return [i for d in drop for i in d[3]]
+
+    def outage_key(self, k: int) -> bytes:
+        """Shard ``k``'s outage record."""
+        return self.outage_prefix + b"%d" % k
+
+    async def adopt(self, records: dict[int, dict[bytes, bytes]], ids: Sequence[str]) -> None:
+        """At start, in one call: add ``records``' fields to the shards' outage records (a
+        field there already is kept: it is older) and clear the untold marks of ``ids``, which
+        those fields now stand for (``coordinator.outages.untold_records``)."""
+        fields = [(self.outage_key(k), f, v) for k, rec in records.items() for f, v in rec.items()]
+        args = [self.sub_prefix, self.untold_key, b"%d" % len(fields)]
+        for x in fields:
+            args += x
+        args += [i.encode() for i in ids]
+        await self.md.eval_packed(ADOPT_SCRIPT, args)
 
     async def write_leases(self, leases: Sequence[tuple[bytes, int]]) -> None:
         """Set ephemeral subscriptions' leases (at a clean stop: to their exact sequences)."""
@@ -404,9 +476,9 @@ class RoundLog:
         out = [e for r in reversed(records) for e in parse_record(r) if e.sequence > after]
         return out[-keep:] if len(out) > keep else out
 
-    async def recover(self) -> Recovered:
+    async def recover(self, shards: int = 0) -> Recovered:
         """Read the log back at start: from the last round written down to the first one gone
-        (blobs expire and are trimmed oldest first)."""
+        (blobs expire and are trimmed oldest first), and the outage records of ``shards``."""
         got = Recovered()
         raw = await self.md.get(self.hi_key)
         hi = int(raw) if raw else 0
@@ -438,6 +510,10 @@ class RoundLog:
             for v in (await self.md.hgetall(self.live_key)).values()
         ]
         got.positions = await self.positions()
+        for k in range(shards):
+            fields = await self.md.hgetall(self.outage_key(k))
+            if fields:
+                got.outages[k] = fields
         self.last_round = hi
         self.kept = collections.deque(got.rounds)
         self.bytes = sum(r[2] for r in got.rounds)

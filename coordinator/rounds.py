@@ -42,6 +42,17 @@ class Round:
     moved: list[tuple[str, float, float]] = field(default_factory=list)
     """Where the round put moving subscriptions: subscription id, lon, lat (the new centre of
     a move, or of a moving subscription registered anew)."""
+    outage_reset: list[int] = field(default_factory=list)
+    """Shards whose outage record the round deletes whole (before its other changes)."""
+    outage_noted: list[tuple[int, bytes, bytes]] = field(default_factory=list)
+    """What shards that are down missed, for their outage records in Redis (written with the
+    round, first value kept): shard, field, value (``coordinator.outages``)."""
+    outage_done: list[tuple[int, bytes]] = field(default_factory=list)
+    """Outage record fields whose redo the round delivers (deleted with the round): shard,
+    field."""
+    told: list[str] = field(default_factory=list)
+    """Subscriptions whose change (a Subscribe) the round tells: their untold marks in Redis
+    count one change less (``Metadata.unmark``)."""
     _index: dict[str, int] = field(default_factory=dict)
 
     def __len__(self) -> int:

@@ -33,6 +33,7 @@ from coordinator.deliveries import Deliveries
 from coordinator.engine import Engine, ShardHandle
 from coordinator.handlers import add_service
 from coordinator.metadata import Metadata
+from coordinator.outages import untold_records
 from coordinator.retention import RoundLog
 from coordinator.settings import Settings
 from coordinator.slots import Slots
@@ -141,13 +142,14 @@ class Coordinator:
             subs.extend(batch)
         got = None
         if not self._recovered:  # numbering, log chains, positions, live messages: the log
-            got = await self.log.recover()
+            got = await self.log.recover(s.shards)
             positions = got.positions
         if positions:  # moving subscriptions where their last move put them
             subs = [_placed(s, positions.get(s.id)) for s in subs]
         self.slots.replace_ephemeral(await self.md.ephemeral_ids())
         pm = await self.md.load_partition_map()
-        if pm is None or len(pm) != s.shards:
+        rebuilt = pm is None or len(pm) != s.shards
+        if rebuilt:
             pm = PartitionMap.build(_centres(subs), s.shards)
             await self.md.save_partition_map(pm)
         self.engine = Engine(
@@ -164,6 +166,8 @@ class Coordinator:
             replace_shard=self.shard_factory,
         )
         per = self.engine.restore(subs)
+        recovery = self.engine.recovery
+        replayed, skip = list(live), {}
         if got is not None:
             self.slots.restore(got.heads, got.leases)
             self.dedupe.restore(got.published)
@@ -174,6 +178,29 @@ class Coordinator:
                 self.log.bytes,
                 len(got.heads),
             )
+            replayed = [self._live_entry(p, e) for p, e in got.live]
+            records = got.outages
+            if rebuilt:  # other shards than the records speak of: dropped
+                for k in records:
+                    recovery.settle(k, None)
+                records = {}
+            # subscriptions written to Redis whose rounds were not: their shards' records
+            # say what their subscribers were told (the older record first)
+            untold = await self.md.untold()
+            if untold:
+                extra = untold_records(
+                    untold,
+                    lambda x: pm.overlapping(region_bbox(x.region)),
+                    self.engine.placement,
+                )
+                await self.log.adopt(extra, list(untold))
+                for k, rec in extra.items():
+                    records[k] = {**rec, **records.get(k, {})}
+            if records:  # shards down, or changes untold, when the coordinator before died
+                skip = recovery.restart(records, per, replayed)
+        else:  # a reload: every shard is loaded as things are now (the first round's write
+            for k in range(s.shards):  # deletes the records the engine before left)
+                recovery.settle(k, None)
         now = self.clock()
         loaded = await asyncio.gather(
             *(self.engine.load_shard(k, per.get(k, []), now) for k in range(s.shards)),
@@ -184,16 +211,16 @@ class Coordinator:
         freeze_long_lived()  # 1M subscriptions out of every later collection (shard.heap)
         for k, result in enumerate(loaded):  # served without it until a reload succeeds
             if isinstance(result, Exception):
-                self.engine.recovery.failed(k, result)
+                recovery.uncounted.add(k)
+                recovery.failed(k, result, recovery.restarted.pop(k, ([], {}))[0])
             elif isinstance(result, BaseException):
                 raise result
         self.engine.start()
-        # the live messages go back into the shards (no delivery made again): from the log at
-        # start, from the engine before at a reload
-        if got is not None:
-            self.engine.replay([self._live_entry(p, e) for p, e in got.live])
-        elif live:
-            self.engine.replay(live)
+        # what shards missed before a crash, with deliveries, after (queued first) the live
+        # messages going back into the shards without deliveries: from the log at start, from
+        # the engine before at a reload
+        recovery.resume()
+        self.engine.replay(replayed, skip)
         return len(self.engine.subs)
 
     def _engine_failed(self, exc: BaseException) -> None:
@@ -365,12 +392,22 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
         # Redis first (the source of truth), the batch in one transaction: a call that times
         # out while its round still applies it must not leave a subscription a restart forgets
         pm = self.engine.pm
-        await self.app.md.put_subscriptions(
+        # (each marked untold until the round that tells its subscriber is written: a
+        # coordinator killed before that tells it after its restart, coordinator.outages)
+        md = self.app.md
+        await md.put_subscriptions(
             [(s, tuple(pm.overlapping(region_bbox(s.region)))) for s in subs],
             ephemeral=ephemeral,
+            mark=True,
         )
+        try:
+            futs = self.engine.subscribe_many(subs)
+        except Exception:  # (queue full, stopping): no round will tell them
+            with contextlib.suppress(Exception):
+                await md.unmark([s.id for s in subs])
+            raise
         limit, why = self.app.settings.deadline_s, self.app.stalled
-        for fut in self.engine.subscribe_many(subs):
+        for fut in futs:
             await _within(fut, context, limit, why)
         slots = self.app.slots
         for s, e in zip(subs, ephemeral, strict=True):
