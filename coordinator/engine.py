@@ -620,7 +620,10 @@ class Engine:
                     if not op.future.done():
                         _fail(op.future, part)
                     if not op.replay:
-                        self.recovery.failed_publish(op, [part], 0)
+                        self.recovery.failed_publish(op, [part], 0, down=[k])
+                        if op.partial and op.arg.ttl and op.arg.id in live:  # (its shard is
+                            # down: live until it is back, and after a restart)
+                            rnd.stored.append((op.arg.id, live[op.arg.id][2], op.payload))
                     rnd.spans.append((op, start, len(rnd.subs)))
                     continue
                 if part and not op.replay:
@@ -650,7 +653,7 @@ class Engine:
                     self.recovery.failed_publish(
                         op, [p for p in parts if isinstance(p, Exception)], len(ups), ups, down
                     )
-                if got and op.arg.ttl and not op.replay and mid in live:
+                if (got or op.partial) and op.arg.ttl and not op.replay and mid in live:
                     rnd.stored.append((mid, live[mid][2], op.payload))
             else:
                 if op.kind == "move":

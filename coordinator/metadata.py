@@ -4,10 +4,14 @@
 Keys (``{ns}`` is ``Settings.namespace``)::
 
     {ns}:subs             set     every registered subscription id
-    {ns}:sub:{id}         hash    sub (JSON, the workload form), shards ("0,2"), created, updated
+    {ns}:sub:{id}         hash    sub (JSON, the workload form), shards ("0,2"), created, updated;
+                                  while a Subscribe's round is not yet written, told (the JSON
+                                  its subscriber was last told, "" none) and pending (a count)
+    {ns}:untold           set     the subscriptions with told / pending (``PUT_SCRIPT``)
     {ns}:ephemeral        set     subscriptions whose deliveries skip the log
     {ns}:partition_map    string  PartitionMap.to_json()
-    {ns}:round:…, {ns}:round_hi, {ns}:lease    the retention log (``coordinator.retention``)
+    {ns}:round:…, {ns}:round_hi, {ns}:lease, {ns}:live, {ns}:pos, {ns}:outage:{k}
+                                  the retention log (``coordinator.retention``)
 
 Redis is the source of truth a restarted coordinator rebuilds the shards from. Writes are
 pipelined in batches; every write is an idempotent upsert. Key names and the encoding of a

@@ -22,7 +22,10 @@ stopped (issue [2.1], "Deliveries you can trust").
    * ``--faults`` faults at seeded moments, at least ``--min-gap`` s apart, each once the cluster
      answered SERVING again (overall, Redis and every shard): kill -9 of a shard actor's
      process, SIGSTOP of one for ``--stop`` s then SIGCONT, kill -9 of the coordinator or of
-     redis-server (the supervisor restarts them), SIGSTOP / SIGCONT of redis-server. Only
+     redis-server (the supervisor restarts them), SIGSTOP / SIGCONT of redis-server, and a
+     double fault: a shard actor stopped and, once the coordinator reports it down and the
+     traffic went on for a moment, the coordinator killed (its successor has to tell what the
+     down shard missed; ``coordinator.outages``). Only
      processes of the cluster it started: the pids of its ``cluster.json`` and the shard actors
      (``ray::ShardActor``) of its coordinator's session;
 
@@ -61,7 +64,8 @@ import numpy as np
 from shard.errors import ValidationError
 from shard.model import Message, Subscription
 
-KINDS = ("shard-kill", "shard-stop", "coordinator-kill", "redis-kill", "redis-stop")
+DOUBLE = "shard-down-coordinator-kill"
+KINDS = ("shard-kill", "shard-stop", "coordinator-kill", "redis-kill", "redis-stop", DOUBLE)
 """The faults, as ``--kinds`` names them."""
 MAX_EXAMPLES = 10
 """Findings described per stream and kind (all are counted)..."""
@@ -773,6 +777,8 @@ class Injector:
         except LookupError as exc:
             self.say(f"fault {kind} skipped: {exc}")
             return None
+        if kind == DOUBLE:
+            return await self._double(pid, at_s)
         fault = Fault(kind, round(at_s, 2), pid)
         notice_s = self.notice_s
         if kind.endswith("-kill"):
@@ -790,6 +796,30 @@ class Injector:
         began = time.monotonic()
         fault.noticed |= await self._noticed(notice_s, until_noticed=True)
         fault.recovered_s = await self._recovered(kind, pid, began)
+        return fault
+
+    async def _double(self, shard: int, at_s: float) -> Fault | None:
+        """SIGSTOP of shard actor ``shard``; once the coordinator's health shows it down and the
+        traffic went on for a moment, kill -9 of the coordinator (then SIGCONT: the dead
+        coordinator's Ray goes with it); the wait for the new coordinator."""
+        try:
+            pid, _ = self._process("coordinator")
+        except LookupError as exc:
+            self.say(f"fault {DOUBLE} skipped: {exc}")
+            return None
+        fault = Fault(DOUBLE, round(at_s, 2), pid)
+        began = time.monotonic()
+        os.kill(shard, signal.SIGSTOP)
+        self.stopped.add(shard)
+        try:
+            fault.noticed = await self._noticed(self.notice_s, until_noticed=True)
+            await asyncio.sleep(self.rng.uniform(*self.stop_s) / 2)
+            os.kill(pid, signal.SIGKILL)
+        finally:
+            fault.stopped_s = round(time.monotonic() - began, 2)
+            os.kill(shard, signal.SIGCONT)
+            self.stopped.discard(shard)
+        fault.recovered_s = await self._recovered("coordinator-kill", pid, time.monotonic())
         return fault
 
     async def _noticed(self, seconds: float, *, until_noticed: bool) -> bool:

@@ -79,9 +79,16 @@ async def _traffic(stub, rng: random.Random, n_ops: int, state: dict) -> None:
     for _ in range(n_ops):
         r = rng.random()
         try:
-            if r < 0.45:
+            if r < 0.45:  # (a publish answered UNAVAILABLE is sent again once, as a client would)
                 state["n"] += 1
-                await stub.Publish(_message(rng, state["n"]), timeout=10)
+                req = _message(rng, state["n"])
+                try:
+                    await stub.Publish(req, timeout=10)
+                except grpc.aio.AioRpcError as exc:
+                    assert exc.code() in EXPECTED, (exc.code(), exc.details())
+                    await stub.Publish(req, timeout=10)
+                if req.message.ttl_s > 60:  # acknowledged: live until the end
+                    state["acked"].add(req.message.id)
             elif r < 0.75 and state["moving"]:
                 sid = rng.choice(sorted(state["moving"]))
                 p = pb.Point(lon=rng.uniform(0, 10), lat=rng.uniform(0, 10))
@@ -137,7 +144,7 @@ def test_a_coordinator_killed_while_a_shard_is_down_leaves_no_subscriber_mistold
     monkeypatch.setattr("coordinator.recovery.RELOAD_PAUSE_S", (0.01, 0.05))
     rng = random.Random(seed)
     settings = _settings(redis_url, uuid.uuid4().hex, shards=2)
-    state = {"n": 0, "made": 0, "subs": set(), "moving": set()}
+    state = {"n": 0, "made": 0, "subs": set(), "moving": set(), "acked": set()}
 
     async def main():
         SwitchedShard.down = set()
@@ -188,8 +195,10 @@ def test_a_coordinator_killed_while_a_shard_is_down_leaves_no_subscriber_mistold
                     wrong.append((sid, "holds", mid, "live" if mid in live else "gone"))
                 for mid in sorted(want - held):
                     wrong.append((sid, "was not told of", mid))
+            for mid in sorted(state["acked"] - live.keys()):
+                wrong.append(("acknowledged", mid, "not live"))
             assert wrong == []
-            assert len(eng.subs) >= 5
+            assert len(eng.subs) >= 5 and len(state["acked"]) >= 20
         finally:
             SwitchedShard.down = set()
             if not node.crashed:
