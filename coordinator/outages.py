@@ -25,7 +25,8 @@ what that shard's subscribers were told, every missed item is also written to th
 *outage record* in Redis, in the write of the round that missed it (before anything of that
 round is answered): a hash, one field per subject, the first value kept (``record``):
 ``s``+subscription id -> the subscription as it was on the shard before (empty: not there),
-``m``+message id -> empty. When the shard is reloaded the record is rewritten to what it will
+``m``+message id -> empty (a one-shot message, which is not stored anywhere: its payload and the
+subscriptions the shards that were up reached, ``one_shot_value``). When the shard is reloaded the record is rewritten to what it will
 apply again, and each field is deleted in the write of the round that delivers its subject's
 last redo. A coordinator that starts and finds a record loads that shard to what its
 subscribers were told and applies the difference to the state in Redis with deliveries
@@ -45,6 +46,7 @@ subscribers were told and applies the difference to the state in Redis with deli
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -134,6 +136,23 @@ def record(missed: Sequence[Missed]) -> dict[bytes, bytes]:
     return out
 
 
+def one_shot_value(payload: bytes, reached: Sequence[str]) -> bytes:
+    """The record's value for a one-shot message a down shard missed: its payload, and the
+    subscriptions the other shards reached (they are not told again)."""
+    return b"o" + struct.pack("<I", len(payload)) + payload + "\n".join(reached).encode()
+
+
+def parse_one_shot(value: bytes) -> tuple[bytes, list[str]]:
+    """Inverse of ``one_shot_value``.
+
+    >>> parse_one_shot(one_shot_value(b"xy", ["a", "b"]))
+    (b'xy', ['a', 'b'])
+    """
+    (n,) = struct.unpack_from("<I", value, 1)
+    rest = value[5 + n :]
+    return value[5 : 5 + n], rest.decode().split("\n") if rest else []
+
+
 def from_record(
     k: int,
     fields: Mapping[bytes, bytes],
@@ -141,10 +160,11 @@ def from_record(
     placement: Mapping[str, tuple[int, ...]],
     tag_of: Mapping[str, int],
     live: Mapping[str, Message],
+    one_shot: Callable[[bytes], Message] | None = None,
 ) -> list[Missed]:
     """The items shard ``k`` must apply again, found in its outage record at start (``fields``),
     against the state in Redis: ``subs`` and their ``placement`` and slots (``tag_of``), the
-    ``live`` messages stored on ``k``. Each subscription whose record says otherwise than its
+    ``live`` messages stored on ``k`` (``one_shot`` reads a one-shot message's payload). Each subscription whose record says otherwise than its
     state now is replaced (``sub``: the shard sends the difference) or detached (it left ``k``),
     with what it was before; each live message ``k`` missed is published to it. Subjects gone
     since are left out (nobody is left to tell); ``told`` turns the share back.
@@ -164,6 +184,8 @@ def from_record(
         name = f[1:].decode()
         if f[:1] == b"m":
             m = live.get(name)
+            if v[:1] == b"o" and one_shot is not None:
+                m = one_shot(parse_one_shot(v)[0])
             if m is not None:
                 out.append((("pub", m), None))
             continue

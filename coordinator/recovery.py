@@ -32,6 +32,8 @@ from coordinator.outages import (
     Missed,
     Outage,
     from_record,
+    one_shot_value,
+    parse_one_shot,
     record,
     record_field,
     subject,
@@ -132,26 +134,40 @@ class Recovery:
         records: dict[int, dict[bytes, bytes]],
         per: dict[int, list],
         live: Sequence[tuple[Message, bytes, float]],
+        one_shot: Callable[[bytes], Message] | None = None,
     ) -> dict[str, frozenset[int]]:
         """At start, after ``Engine.restore`` and before the loads: the outage records the
         coordinator before left (shard -> fields) turn each such shard's share in ``per`` back
         to what its subscribers were told; what it then applies again with deliveries waits
         in ``restarted`` (``resume``; a shard whose load fails takes it into its outage).
         Returns the ``live`` messages some shards missed: id -> those shards (they get them
-        as a "redo", not stored again silently)."""
+        as a "redo", not stored again silently); the one-shot messages they missed are
+        ``once`` again (``one_shot`` reads a payload)."""
         eng = self.engine
         skip: dict[str, set[int]] = collections.defaultdict(set)
         for k, fields in records.items():
             on_k = {m.id: m for m, _, _ in live if k in eng.shards_of(m)}
-            items = from_record(k, fields, eng.subs, eng.placement, eng.slots.slot_of, on_k)
+            items = from_record(
+                k, fields, eng.subs, eng.placement, eng.slots.slot_of, on_k, one_shot
+            )
             share, redo = told({s.id: s for s in per.get(k, ())}, items, eng.subs.__contains__)
             per[k] = share
             last = {record_field(x[0]): i for i, x in enumerate(redo)}
             self.settle(k, set(fields) - last.keys())
             self.restarted[k] = (redo, last)
+            slot_of = eng.slots.slot_of
             for x, _ in redo:
-                if x[0] == "pub":
-                    skip[x[1].id].add(k)
+                if x[0] != "pub":
+                    continue
+                mid = x[1].id
+                value = fields.get(b"m" + mid.encode(), b"")
+                if value[:1] != b"o":
+                    skip[mid].add(k)
+                    continue
+                payload, ids = parse_one_shot(value)
+                got = self.once.setdefault(mid, (x[1], payload, set(), set()))
+                got[2].update(slot_of[i] for i in ids if i in slot_of)
+                got[3].add(k)
             log.warning(
                 "shard %d was down when the coordinator before stopped: loaded as its "
                 "subscribers were told, %d changes and messages it missed applied again",
@@ -449,7 +465,13 @@ class Recovery:
             if len(self.partial) > PARTIAL_MAX:
                 self.partial.popitem(last=False)
             if not op.arg.ttl:  # delivered by the others: the failed shards add the rest
-                self.once[mid] = (op.arg, op.payload, {u[0] for u in ups}, set(down))
+                reached_ = {u[0] for u in ups}
+                self.once[mid] = (op.arg, op.payload, reached_, set(down))
+                ids = eng.slots.ids
+                value = one_shot_value(op.payload, [ids[s] for s in sorted(reached_)])
+                for k in down:  # (it is stored nowhere: its record keeps it)
+                    if k in self.down and not self.down[k].overflow:
+                        self.unsaved[(k, b"m" + mid.encode())] = value
         elif not reached and len(errors) == len(eng.shards_of(op.arg)):
             eng.forget(mid)
 

@@ -89,7 +89,14 @@ local function per_key(cmd, width)
 end
 per_key('DEL', 1)
 per_key('HDEL', 2)
-per_key('HSETNX', 3)
+local noted = i + 1 + 3 * tonumber(ARGV[i])
+i = i + 1
+while i < noted do
+  local cmd = 'HSETNX'
+  if string.sub(ARGV[i + 1], 1, 1) == 'm' and #ARGV[i + 2] > 0 then cmd = 'HSET' end
+  redis.call(cmd, ARGV[i], ARGV[i + 1], ARGV[i + 2])
+  i = i + 3
+end
 local told = i + 3 + tonumber(ARGV[i])
 for j = i + 3, told - 1 do unmark(ARGV[i + 1] .. ARGV[j], ARGV[i + 2], ARGV[j], false) end
 i = told
@@ -104,7 +111,7 @@ return 1
 seven groups, each a count and its items: leases (id, sequence), live messages stored (id,
 ``<d`` expiry + payload), live messages expired (id), positions (id, ``<dd`` lon, lat), outage
 records deleted (key), outage fields settled (key, field), outage fields noted (key, field,
-value; the first value kept); then the count of subscribe changes told, the subscription key
+value; the first value kept, but a one-shot message's payload replaces an empty value); then the count of subscribe changes told, the subscription key
 prefix, the untold set, and their ids (``Metadata.unmark``); then the rounds to delete
 (trimmed). Items go 1,000 values a command (Lua's unpack takes ~8,000)."""
 

@@ -44,7 +44,7 @@ from shard.applus.tree import recentre
 from shard.errors import NotFoundError, UnavailableError, ValidationError
 from shard.geometry import region_bbox
 from shard.heap import freeze_long_lived, loading
-from shard.model import Point, Subscription, validate_id
+from shard.model import Message, Point, Subscription, validate_id
 from shard.partition_map import PartitionMap
 
 log = logging.getLogger(__name__)
@@ -125,6 +125,11 @@ class Coordinator:
         n = await self._load(shards)
         log.info("loaded %d subscriptions into %d shards", n, len(shards))
 
+    @staticmethod
+    def _one_shot(payload: bytes) -> Message:
+        mp = pb.Message.FromString(payload)
+        return from_proto_message(mp, default_id=mp.id, field="one_shot")
+
     def _live_entry(self, payload: bytes, expiry: float):
         mp = pb.Message.FromString(payload)
         return from_proto_message(mp, default_id=mp.id, field="live"), payload, expiry
@@ -197,7 +202,7 @@ class Coordinator:
                 for k, rec in extra.items():
                     records[k] = {**rec, **records.get(k, {})}
             if records:  # shards down, or changes untold, when the coordinator before died
-                skip = recovery.restart(records, per, replayed)
+                skip = recovery.restart(records, per, replayed, self._one_shot)
         else:  # a reload: every shard is loaded as things are now (the first round's write
             for k in range(s.shards):  # deletes the records the engine before left)
                 recovery.settle(k, None)

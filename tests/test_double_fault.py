@@ -51,8 +51,9 @@ class SwitchedShard(LocalShard):
         return await super().load(subs, now, tags)
 
 
+# (the partition map of an empty cluster splits the world at longitude 0: the places straddle it)
 def _region(rng: random.Random) -> Rect:
-    x, y = rng.uniform(0, 9), rng.uniform(0, 9)
+    x, y = rng.uniform(-9, 8), rng.uniform(-9, 8)
     return Rect(x, y, x + rng.uniform(0.5, 3), y + rng.uniform(0.5, 3))
 
 
@@ -65,10 +66,10 @@ def _subscription(rng: random.Random, sid: str, moving: bool) -> pb.SubscribeReq
 def _message(rng: random.Random, n: int) -> pb.PublishRequest:
     terms = tuple(sorted(set(rng.choices(TERMS, k=2))))
     if rng.random() < 0.3:  # a region: stored on every shard it overlaps
-        x, y = rng.uniform(0, 9), rng.uniform(0, 9)
+        x, y = rng.uniform(-9, 8), rng.uniform(-9, 8)
         loc = Rect(x, y, x + rng.uniform(0.1, 4), y + rng.uniform(0.1, 4))
     else:
-        loc = Point(rng.uniform(0, 10), rng.uniform(0, 10))
+        loc = Point(rng.uniform(-10, 10), rng.uniform(-10, 10))
     m = Message(f"m{n}", terms, loc, ttl=rng.choice([600.0, 600.0, 1.5]))
     return pb.PublishRequest(message=to_proto_message(m))
 
@@ -91,7 +92,7 @@ async def _traffic(stub, rng: random.Random, n_ops: int, state: dict) -> None:
                     state["acked"].add(req.message.id)
             elif r < 0.75 and state["moving"]:
                 sid = rng.choice(sorted(state["moving"]))
-                p = pb.Point(lon=rng.uniform(0, 10), lat=rng.uniform(0, 10))
+                p = pb.Point(lon=rng.uniform(-10, 10), lat=rng.uniform(-10, 10))
                 await stub.UpdateLocation(pb.UpdateLocationRequest(id=sid, point=p), timeout=10)
             elif r < 0.96:  # a new subscription, or one changed
                 if state["subs"] and rng.random() < 0.4:
@@ -245,5 +246,48 @@ def test_a_subscribe_cut_short_by_a_crash_is_told_after_the_restart(redis_url):
             assert [(d.sequence, d.kind, d.message.id) for d in got] == [(1, pb.Delivery.ADD, "L")]
             assert await b.app.md.untold() == {}
             assert await b.app.md.hgetall(b.app.log.outage_key(0)) == {}
+
+    asyncio.run(main())
+
+
+def test_a_one_shot_message_cut_short_reaches_the_down_shard_after_a_crash(redis_url):
+    """A one-shot message over both shards while one is down: the other's subscriber gets it,
+    the publish's retry is answered; the coordinator is killed before the shard is back. The
+    next coordinator delivers it to the down shard's subscriber, and not again to the other."""
+    settings = _settings(redis_url, uuid.uuid4().hex, shards=2)
+    near = Subscription("near", (("a",),), Rect(-9, -9, -8, -8))
+    far = Subscription("far", (("a",),), Rect(8, 8, 9, 9))
+    req = pb.PublishRequest(
+        message=to_proto_message(Message("once", ("a",), Rect(-8.5, -8.5, 8.5, 8.5)))
+    )
+
+    async def main():
+        SwitchedShard.down = set()
+        node = Node(settings, SwitchedShard)
+        await node.__aenter__()
+        try:
+            for s in (near, far):
+                await node.stub.Subscribe(pb.SubscribeRequest(subscription=to_proto_subscription(s)))
+            placement = node.app.engine.placement
+            assert placement == {"near": (0,), "far": (1,)}
+            SwitchedShard.down = set(placement["far"])
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await node.stub.Publish(req)
+            assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert (await node.stub.Publish(req)).matched == 1  # the retry: answered
+            await node.crash()
+            SwitchedShard.down = set()
+            node = Node(settings, SwitchedShard)
+            await node.__aenter__()
+            await _settled(node)
+            shape = {
+                sid: [(d.kind, d.message.id) for d in await _stream(node.stub, sid)]
+                for sid in ("near", "far")
+            }
+            assert shape == {"near": [(pb.Delivery.ADD, "once")], "far": [(pb.Delivery.ADD, "once")]}
+        finally:
+            SwitchedShard.down = set()
+            if not node.crashed:
+                await node.__aexit__(None, None, None)
 
     asyncio.run(main())
