@@ -218,7 +218,11 @@ class Metadata:
         """One change of each of ``ids`` is told (or will never be: ``force`` clears the mark
         whole)."""
         if ids:
-            args = [codec.sub_key(self.ns, "").encode(), self.untold_key.encode(), b"1" if force else b"0"]
+            args = [
+                codec.sub_key(self.ns, "").encode(),
+                self.untold_key.encode(),
+                b"1" if force else b"0",
+            ]
             await self.eval_packed(UNMARK_SCRIPT, args + [i.encode() for i in ids])
 
     async def ephemeral_ids(self) -> set[str]:

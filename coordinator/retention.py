@@ -358,8 +358,9 @@ class RoundLog:
         stored: Sequence[tuple[bytes, bytes]] = (),
         expired: Sequence[bytes] = (),
         moved: Sequence[tuple[bytes, bytes]] = (),
-        outages: tuple[Sequence[int], Sequence[tuple[int, bytes]], Sequence[tuple[int, bytes, bytes]]]
-        = ((), (), ()),
+        outages: tuple[
+            Sequence[int], Sequence[tuple[int, bytes]], Sequence[tuple[int, bytes, bytes]]
+        ] = ((), (), ()),
         told: Sequence[str] = (),
     ) -> list[str]:
         """Write round ``n``: its blob, ``leases`` (id, highest sequence of an ephemeral

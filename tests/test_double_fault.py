@@ -17,11 +17,12 @@ import pytest
 
 from coordinator.convert import to_proto_message, to_proto_subscription
 from coordinator.shards import LocalShard
+from deploy.redis_local import RedisServer
 from geopubsub.v1 import geopubsub_pb2 as pb
 from shard.brute import subscription_matches
 from shard.model import Message, Point, Rect, Subscription
 from shard.state import ShardState
-from tests.test_retention import Node, _settings, redis_url  # noqa: F401  (a fixture)
+from tests.test_retention import Node, _settings
 
 pytestmark = pytest.mark.redis
 
@@ -29,6 +30,13 @@ TERMS = ("a", "b", "c")
 EXPECTED = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.NOT_FOUND}
 """What an operation may be answered while a shard is down (NOT_FOUND: a move of a
 subscription whose subscribe was cut short)."""
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory):
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server.url
+    server.stop()
 
 
 class SwitchedShard(LocalShard):
@@ -267,7 +275,9 @@ def test_a_one_shot_message_cut_short_reaches_the_down_shard_after_a_crash(redis
         await node.__aenter__()
         try:
             for s in (near, far):
-                await node.stub.Subscribe(pb.SubscribeRequest(subscription=to_proto_subscription(s)))
+                await node.stub.Subscribe(
+                    pb.SubscribeRequest(subscription=to_proto_subscription(s))
+                )
             placement = node.app.engine.placement
             assert placement == {"near": (0,), "far": (1,)}
             SwitchedShard.down = set(placement["far"])
@@ -284,7 +294,10 @@ def test_a_one_shot_message_cut_short_reaches_the_down_shard_after_a_crash(redis
                 sid: [(d.kind, d.message.id) for d in await _stream(node.stub, sid)]
                 for sid in ("near", "far")
             }
-            assert shape == {"near": [(pb.Delivery.ADD, "once")], "far": [(pb.Delivery.ADD, "once")]}
+            assert shape == {
+                "near": [(pb.Delivery.ADD, "once")],
+                "far": [(pb.Delivery.ADD, "once")],
+            }
         finally:
             SwitchedShard.down = set()
             if not node.crashed:
