@@ -272,16 +272,13 @@ class Recovery:
                 if outage.overflow:
                     continue
                 # routed to it during the load: applied again after what it missed before;
-                # a subscription gone since then leaves the shard before anything else (its
-                # tag may be another's by now), its other items dropped; of the publishes,
-                # those of messages still live (the first time each)
+                # a subscription loaded and gone since leaves the shard before anything else
+                # (its tag may be another's by now), its other items dropped: every one, not
+                # only those whose unsubscribe was routed here (one loaded as it was before it
+                # moved away is unsubscribed on its new shards only); of the publishes, those
+                # of messages still live (the first time each)
                 live, exists = eng.live, eng.subs.__contains__
-                loaded = {x.id for x in subs}
-                gone = {
-                    sid
-                    for x in outage.missed[n:]
-                    if x[0][0] != "pub" and not exists(sid := subject(x[0])) and sid in loaded
-                }
+                gone = {x.id for x in subs if not exists(x.id)}
                 again: set[str] = set()
                 items: list[Missed] = []
                 for x in redo + outage.missed[n:]:

@@ -70,7 +70,10 @@ class Told:
         """Messages not stored (ttl 0): an ADD each, never held."""
         self.once_added: set[tuple[str, str]] = set()
         self.expiry: dict[str, float] = {}
-        """When each stored message expires, from the round that stored it."""
+        """When each stored message expires: its publish's round clock plus its ttl. (Not
+        ``Round.stored``'s: a message stored again after it expired, on a shard back from a
+        fault, is kept ``REPLAY_MIN_TTL_S`` past the clock of the round storing it, and a round
+        still in flight reports the expiry a later round's routing gave it.)"""
 
     async def on_round(self, rnd) -> None:
         ids = self.engine.slots.ids
@@ -91,9 +94,9 @@ class Told:
                 if mid not in held:
                     self.errors.append(f"{sid}: - {mid} not held")
                 held.discard(mid)
-        for mid, expiry, _ in rnd.stored:
-            self.expiry.setdefault(mid, expiry)
         for op, _, _ in rnd.spans:  # answered, as the delivery stage does
+            if op.kind == "pub" and op.arg.ttl:
+                self.expiry[op.arg.id] = rnd.now + op.arg.ttl
             if op.kind == "unsub":
                 self.held.pop(op.arg, None)
             if not op.future.done():
@@ -234,6 +237,58 @@ def test_subscribers_are_told_exactly_what_they_hold_through_shard_faults(seed, 
         held = {s: sorted(h) for s, h in told_.held.items() if h}
         assert held == {}, [f"{s}: {m} held" for s, h in held.items() for m in h][:10]
         assert engine.stats["shard_reloads"] > 0
+        await engine.stop()
+
+    asyncio.run(main())
+
+
+def test_a_subscription_gone_during_its_old_shards_load_leaves_that_shard(monkeypatch):
+    """A moving subscription leaves a down shard (which is loaded with it as its subscriber was
+    told) and is unsubscribed, on its new shard only, while that load runs: the reloaded shard
+    drops it too, or it stays there under a slot the next subscription takes (which got the
+    REMOVEs of the stale one's messages)."""
+    monkeypatch.setattr("coordinator.recovery.RELOAD_PAUSE_S", (0.02, 0.02))
+
+    class Gated(FaultyShard):
+        gate: asyncio.Event | None = None
+
+        async def load(self, subs, now, tags):
+            if self.gate is not None and not self.dead:
+                await self.gate.wait()
+            return await super().load(subs, now, tags)
+
+    async def main():
+        rng = random.Random(0)
+        a, b = Gated(0, rng), Gated(1, rng)
+        clock = [1000.0]
+        told_ = Told()
+        engine = Engine(
+            [a, b],
+            PartitionMap.build([(1, 5), (9, 5)], 2),
+            on_round=told_.on_round,
+            batch_delay_ms=0.5,
+            clock=lambda: clock[0],
+            tick_s=0.01,
+        )
+        told_.engine = engine
+        engine.start()
+        await engine.subscribe(Subscription("s", (("a",),), Rect(0, 0, 2, 2), moving=True))
+        await engine.publish(Message("m", ("a",), Point(1, 1), ttl=5.0), b"p")
+        a.dead = True  # down; its first load fails, the second waits at the gate
+        await asyncio.gather(engine.move("s", Point(1.2, 1.2)), return_exceptions=True)
+        await asyncio.gather(engine.move("s", Point(8.5, 8.5)), return_exceptions=True)
+        a.gate, a.dead = asyncio.Event(), False
+        await asyncio.sleep(0.05)
+        await engine.unsubscribe("s")  # routed to b only
+        a.gate.set()
+        await _quiet(engine, clock)
+        assert a.state.subscriptions(["s"]) == [None]
+        await engine.subscribe(Subscription("s2", (("b",),), Rect(8, 8, 9, 9)))
+        clock[0] += 10.0  # m expires on a: no REMOVE for s2
+        for _ in range(5):
+            await asyncio.sleep(0.02)
+        await _quiet(engine, clock)
+        assert told_.errors == []
         await engine.stop()
 
     asyncio.run(main())
