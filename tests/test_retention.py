@@ -186,6 +186,8 @@ class Node:
         await self.server.stop(None)
         app = self.app
         app.engine._task.cancel()
+        for task in app.engine.recovery.reloads.values():  # (a killed process reloads nothing)
+            task.cancel()
         writer = app.deliveries._writer
         if writer is not None:
             writer.cancel()
