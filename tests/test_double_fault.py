@@ -22,7 +22,7 @@ from geopubsub.v1 import geopubsub_pb2 as pb
 from shard.brute import subscription_matches
 from shard.model import Message, Point, Rect, Subscription
 from shard.state import ShardState
-from tests.test_retention import Node, _settings
+from tests.test_retention import DownShard, Node, _settings
 
 pytestmark = pytest.mark.redis
 
@@ -39,7 +39,7 @@ def redis_url(tmp_path_factory):
     server.stop()
 
 
-class SwitchedShard(LocalShard):
+class SwitchedShard(DownShard):
     """A shard that is down (its calls and loads fail, its state lost) while its number is in
     ``SwitchedShard.down``."""
 
@@ -50,16 +50,7 @@ class SwitchedShard(LocalShard):
             self.state = ShardState(self.shard_id)
             raise RuntimeError(f"shard {self.shard_id} process is down")
 
-    async def apply(self, ops, now):
-        self._check()
-        return await super().apply(ops, now)
 
-    async def load(self, subs, now, tags):
-        self._check()
-        return await super().load(subs, now, tags)
-
-
-# (the partition map of an empty cluster splits the world at longitude 0: the places straddle it)
 def _region(rng: random.Random) -> Rect:
     x, y = rng.uniform(-9, 8), rng.uniform(-9, 8)
     return Rect(x, y, x + rng.uniform(0.5, 3), y + rng.uniform(0.5, 3))
