@@ -11,6 +11,8 @@ import warnings
 import pytest
 from hypothesis import HealthCheck, settings
 
+from deploy.redis_local import RedisServer
+
 settings.register_profile(
     "default",
     deadline=None,
@@ -57,3 +59,11 @@ def ray_session():
     if started:
         with _ray_noise_ignored():
             ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory):
+    """A private redis-server (a real one) for the tests of one module."""
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server.url
+    server.stop()

@@ -22,13 +22,6 @@ from shard.errors import StoreFullError, ValidationError
 from shard.model import Rect, Subscription, subscription_from_dict
 
 
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory):
-    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
-    yield server.url
-    server.stop()
-
-
 def _settings(redis_url: str, **kw) -> Settings:
     """Settings for a coordinator on any free port, in a namespace of its own."""
     return Settings.load(

@@ -17,7 +17,6 @@ import pytest
 
 from coordinator.convert import to_proto_message, to_proto_subscription
 from coordinator.shards import LocalShard
-from deploy.redis_local import RedisServer
 from geopubsub.v1 import geopubsub_pb2 as pb
 from shard.brute import subscription_matches
 from shard.model import Message, Point, Rect, Subscription
@@ -30,13 +29,6 @@ TERMS = ("a", "b", "c")
 EXPECTED = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.NOT_FOUND}
 """What an operation may be answered while a shard is down (NOT_FOUND: a move of a
 subscription whose subscribe was cut short)."""
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory):
-    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
-    yield server.url
-    server.stop()
 
 
 class SwitchedShard(DownShard):

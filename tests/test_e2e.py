@@ -17,7 +17,6 @@ from coordinator.convert import to_proto_message, to_proto_subscription
 from coordinator.server import create_server, stop_server
 from coordinator.settings import Settings
 from coordinator.shards import RayShard
-from deploy.redis_local import RedisServer
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.applus import APPlusTree
@@ -29,13 +28,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.ray]
 
 SHARD_DEADLINE_S = 120.0
 """Shard calls are bounded (half of this) far above what any round of these tests takes."""
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory):
-    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
-    yield server.url
-    server.stop()
 
 
 def _settings(redis_url: str, namespace: str, **kw) -> Settings:

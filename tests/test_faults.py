@@ -41,13 +41,6 @@ WEST, EAST = Point(-10.0, 1.0), Point(10.0, 1.0)
 """A point of each shard: two shards split the world at longitude 0 (empty map sample)."""
 
 
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory):
-    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
-    yield server.url
-    server.stop()
-
-
 def _settings(redis_url: str, **kw) -> Settings:
     flags = {"port": 0, "redis_url": redis_url, "namespace": uuid.uuid4().hex, "shards": 2}
     return Settings.load(flags={**flags, "deadline_s": DEADLINE_S, **kw})

@@ -15,7 +15,6 @@ import pytest
 import redis
 
 import shard.model
-from deploy.redis_local import RedisServer
 from loader import transform
 from loader.job import run, spark_session
 from shard.errors import ValidationError
@@ -135,13 +134,6 @@ def spark():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResourceWarning)
         session.stop()
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory):
-    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
-    yield server.url
-    server.stop()
 
 
 def _quiet(_line: str) -> None:

@@ -30,13 +30,6 @@ from shard.state import ShardState
 pytestmark = pytest.mark.redis
 
 
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory):
-    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
-    yield server.url
-    server.stop()
-
-
 def _blob(
     n: int, t: float, rows: dict[str, tuple[int, int, list[tuple[int, str]]]], pub=()
 ) -> bytes:

@@ -20,20 +20,12 @@ from coordinator.server import create_server, stop_server
 from coordinator.settings import Settings
 from coordinator.shards import LocalShard
 from deploy import local
-from deploy.redis_local import RedisServer
 from deploy.tls import client_certificate, local_tls
 from geopubsub.client import GeoPubSubClient, Tls, open_channel
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.errors import ValidationError
 from shard.model import Rect, Subscription
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory):
-    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
-    yield server.url
-    server.stop()
 
 
 def test_the_local_ca_is_kept_and_the_server_certificate_follows_its_hosts(tmp_path):
