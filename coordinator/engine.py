@@ -116,6 +116,10 @@ class Op:
     deletes."""
     skip: frozenset[int] = frozenset()
     """A replayed message: shards it is not stored in again (they get it as a "redo")."""
+    seq: int = -1
+    """The order the engine routed it in (a "redo" operation: its item's first routing):
+    what a shard missed of a subscription before it was unsubscribed is an old one's
+    (``Recovery.forget``)."""
 
 
 REPLAY_MIN_TTL_S = 1e-3
@@ -139,6 +143,8 @@ class _Sent:
     reload says nothing about the reloaded shard)."""
     skipped: dict[int, UnavailableError]
     """Shards that were down: not called, their share fails with the error."""
+    floor: int = 0
+    """The lowest sequence number of its operations (``Op.seq``)."""
     lost: dict[int, UnavailableError] = dataclasses.field(default_factory=dict)
     """Shards called that went down (in an earlier round) before this round was back: their
     share fails, whatever they answer (they are rebuilt to before it; ``coordinator.outages``)."""
@@ -193,6 +199,10 @@ class Engine:
         self.multi: dict[str, dict[int, int]] = {}  # message on several shards -> slot -> count
         self._expiry: list[tuple[float, str]] = []
         self.pending: list[Op] = []
+        self.seq = 0
+        """The next operation's sequence number (``Op.seq``)."""
+        self.floor = 0
+        """The lowest sequence number in the round being routed (``_Sent.floor``)."""
         self._stored_waiting = 0
         """Stored messages among ``pending``: ``live`` has them only once their round is sent."""
         self._first_at = 0.0
@@ -418,7 +428,7 @@ class Engine:
     def redo_op(item: Missed, k: int) -> Op:
         """A "redo" operation: ``item`` applied again on shard ``k``, its updates delivered;
         nobody waits for it (``coordinator.recovery``)."""
-        op = Op("redo", item, asyncio.get_running_loop().create_future(), shard=k)
+        op = Op("redo", item, asyncio.get_running_loop().create_future(), shard=k, seq=item[2])
         op.future.add_done_callback(_seen)
         return op
 
@@ -521,6 +531,7 @@ class Engine:
         """Route a round and send every shard its share (one call each, not awaited)."""
         now = self.tick()
         per: list[list[tuple]] = [[] for _ in self.shards]
+        self.floor = self.seq
         where = [self._route(op, per, now) for op in ops]
         down = self.recovery.down
         ks = [k for k in range(len(self.shards)) if (per[k] or self.live) and k not in down]
@@ -532,7 +543,8 @@ class Engine:
         results = asyncio.ensure_future(
             asyncio.gather(*(self.shards[k].apply(per[k], now) for k in ks), return_exceptions=True)
         )
-        return _Sent(ops, where, per, ks, now, results, list(self.recovery.generation), skipped)
+        generations = list(self.recovery.generation)
+        return _Sent(ops, where, per, ks, now, results, generations, skipped, self.floor)
 
     def tick(self) -> float:
         """The clock for the next call to the shards, never behind an earlier one."""
@@ -707,7 +719,11 @@ class Engine:
             out.append((k, len(per[k])))
             per[k].append(item)
 
+        if op.kind != "redo":
+            op.seq = self.seq
+            self.seq += 1
         if op.kind == "redo":
+            self.floor = min(self.floor, op.seq)
             item = self.recovery.route_redo(op, now)
             if item is not None:
                 send(op.shard, item)
@@ -750,6 +766,7 @@ class Engine:
         elif op.kind == "unsub":
             sub_id = op.arg
             op.prev_at = self.placement.pop(sub_id, ())
+            self.recovery.forget(sub_id, op.seq)
             for k in op.prev_at:
                 send(k, ("unsub", sub_id))
             op.prev = self.subs.pop(sub_id, None)

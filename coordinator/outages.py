@@ -36,11 +36,11 @@ subscribers were told and applies the difference to the state in Redis with deli
 >>> a = Subscription("a", (("x",),), Rect(0, 0, 1, 1), moving=True)
 >>> a2 = Subscription("a", (("x",),), Rect(5, 5, 6, 6), moving=True)
 >>> b = Subscription("b", (("y",),), Rect(0, 0, 1, 1))
->>> missed = [(("move", "a", Point(5.5, 5.5)), a), (("sub", b, 7), None)]
+>>> missed = [(("move", "a", Point(5.5, 5.5)), a, 1), (("sub", b, 7), None, 2)]
 >>> share, redo = told({"a": a2, "b": b}, missed, {"a": a2, "b": b}.__contains__)
 >>> share
 [Subscription(id='a', clauses=(('x',),), region=Rect(min_lon=0, min_lat=0, max_lon=1, max_lat=1), moving=True, keywords=None, expr=None)]
->>> [item[0] for item, _ in redo]
+>>> [item[0] for item, *_ in redo]
 ['move', 'sub']
 """
 
@@ -59,9 +59,10 @@ MISSED_MAX = 100_000
 shard is loaded from the current state instead (its moving subscribers' holdings there may then
 differ from what they were told: logged)."""
 
-Missed = tuple[tuple, Subscription | None]
-"""An item routed to a down shard, and the subscription it concerns as it was on that shard
-before the item (None: not there; a publish: None)."""
+Missed = tuple[tuple, Subscription | None, int]
+"""An item routed to a down shard, the subscription it concerns as it was on that shard
+before the item (None: not there; a publish: None), and its operation's sequence number
+(``Op.seq``; -1: from an outage record, older than anything since the start)."""
 
 
 @dataclass(slots=True)
@@ -82,6 +83,21 @@ class Outage:
             self.missed.clear()
 
 
+def alive(items: Sequence[Missed], unsubscribed: Mapping[str, int]) -> list[Missed]:
+    """``items`` without those of subscriptions unsubscribed after them (``unsubscribed``: id
+    -> its last unsubscribe's sequence number), the unsubscribes included: nobody is left to
+    tell, and an id subscribed anew is a new subscription, whose items come later."""
+    if not unsubscribed:
+        return list(items)
+    return [x for x in items if not dead(x, unsubscribed)]
+
+
+def dead(x: Missed, unsubscribed: Mapping[str, int]) -> bool:
+    """Whether item ``x`` is of a subscription unsubscribed after it (``alive``)."""
+    item = x[0]
+    return item[0] != "pub" and unsubscribed.get(subject(item), -2) >= x[2]
+
+
 def subject(item: tuple) -> str:
     """The subscription an item concerns (for a publish: the message id)."""
     return item[1].id if item[0] in ("sub", "pub") else item[1]
@@ -98,15 +114,16 @@ def told(
     subscription still exists (items of gone ones are dropped)."""
     first: dict[str, Subscription | None] = {}
     redo: list[Missed] = []
-    for item, before in missed:
+    for x in missed:
+        item = x[0]
         if item[0] == "pub":
-            redo.append((item, before))
+            redo.append(x)
             continue
         sid = subject(item)
         if not exists(sid):
             continue
-        first.setdefault(sid, before)
-        redo.append((item, before))
+        first.setdefault(sid, x[1])
+        redo.append(x)
     out = dict(share)
     for sid in list(out):
         if not exists(sid):
@@ -129,7 +146,8 @@ def record(missed: Sequence[Missed]) -> dict[bytes, bytes]:
     """The outage record of ``missed``: each subject's field, and what its subscription was
     on the shard before the first item (empty: not there; a message: empty)."""
     out: dict[bytes, bytes] = {}
-    for item, before in missed:
+    for x in missed:
+        item, before = x[0], x[1]
         f = record_field(item)
         if f not in out:
             out[f] = b"" if before is None else encode_subscription(before).encode()
@@ -172,9 +190,9 @@ def from_record(
     >>> from shard.model import Point, Rect
     >>> was = Subscription("a", (("x",),), Rect(0, 0, 1, 1), moving=True)
     >>> now = Subscription("a", (("x",),), Rect(5, 5, 6, 6), moving=True)
-    >>> rec = record([(("move", "a", Point(5.5, 5.5)), was), (("pub", Message("m", ("x",), Point(5, 5))), None)])
+    >>> rec = record([(("move", "a", Point(5.5, 5.5)), was, 1), (("pub", Message("m", ("x",), Point(5, 5))), None, 2)])
     >>> items = from_record(0, rec, {"a": now}, {"a": (0,)}, {"a": 3}, {"m": Message("m", ("x",), Point(5, 5))})
-    >>> [(item[0], item[-1] if item[0] == "sub" else item[1].id) for item, _ in items]
+    >>> [(item[0], item[-1] if item[0] == "sub" else item[1].id) for item, *_ in items]
     [('sub', 3), ('pub', 'm')]
     >>> items[0][1].region == was.region
     True
@@ -187,7 +205,7 @@ def from_record(
             if v[:1] == b"o" and one_shot is not None:
                 m = one_shot(parse_one_shot(v)[0])
             if m is not None:
-                out.append((("pub", m), None))
+                out.append((("pub", m), None, -1))
             continue
         s = subs.get(name)
         if s is None:
@@ -195,9 +213,9 @@ def from_record(
         before = decode_subscription(v) if v else None
         if k in placement.get(name, ()):
             if before is None or not _same(before, s):
-                out.append((("sub", s, tag_of[name]), before))
+                out.append((("sub", s, tag_of[name]), before, -1))
         elif before is not None:
-            out.append((("detach", name), before))
+            out.append((("detach", name), before, -1))
     return out
 
 

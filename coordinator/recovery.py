@@ -31,6 +31,7 @@ from coordinator.outages import (
     MISSED_MAX,
     Missed,
     Outage,
+    alive,
     from_record,
     one_shot_value,
     parse_one_shot,
@@ -51,6 +52,8 @@ log = logging.getLogger(__name__)
 RELOAD_PAUSE_S = (0.25, 10.0)
 """First and longest pause between two attempts to reload a shard that is down (doubling): a
 stopped shard is tried again soon, one that stays away is not called in a tight loop."""
+PRUNE_MIN = 1024
+"""Unsubscribes remembered (``Recovery.unsubscribed``) before the old ones are first pruned."""
 PARTIAL_MAX = 100_000
 """Ids of publishes that failed on some shards and took effect on the others, kept so that a
 retry is answered, not published again (the retention log's dedupe keeps them too)."""
@@ -72,6 +75,10 @@ class Recovery:
         self.reset: set[int] = set()
         self.settled: set[tuple[int, bytes]] = set()
         self.unsaved: dict[tuple[int, bytes], bytes] = {}
+        self.unsubscribed: dict[str, int] = {}
+        """Subscriptions unsubscribed -> the sequence number (``Op.seq``) of the last
+        unsubscribe, while a shard may still miss something older (``forget``)."""
+        self._prune_at = PRUNE_MIN
         self.uncounted: set[int] = set()
         """Shards down from the start (their load failed): the netting counts have none of
         their holders of the live messages (``Engine.multi``) until their reload stores them
@@ -96,14 +103,40 @@ class Recovery:
         the subscriptions not reached yet)."""
 
     def note(self, k: int, items: Sequence[Missed]) -> None:
-        """Down shard ``k`` missed ``items``: kept to apply again, and for its outage record."""
+        """Down shard ``k`` missed ``items``: kept to apply again, and for its outage record
+        (not those of a subscription unsubscribed since: ``forget``)."""
         outage = self.down[k]
         outage.note(items)
         if outage.overflow:
             return
         unsaved = self.unsaved
-        for f, v in record(items).items():
+        for f, v in record(alive(items, self.unsubscribed)).items():
             unsaved.setdefault((k, f), v)
+
+    def forget(self, sid: str, seq: int) -> None:
+        """Subscription ``sid`` is unsubscribed by operation ``seq``: what a shard missed of it
+        before, down now or in a round still in flight that fails later, and the unsubscribe,
+        are applied again to nobody (``outages.alive``): its subscriber hears no more of it,
+        and the id may be subscribed anew, a new subscription that must not get the old one's
+        updates. The down shards' outage records lose its field."""
+        self._prune()
+        self.unsubscribed[sid] = seq
+        f = b"s" + sid.encode()
+        for k in self.down:
+            self.settle(k, {f})
+
+    def _prune(self) -> None:
+        """Forget the unsubscribes older than anything a shard may still miss (nothing down,
+        no "redo" waiting; the rounds in flight and the one being routed from their lowest
+        sequence number on): ``unsubscribed`` stays small. Every time it has doubled."""
+        eng = self.engine
+        if len(self.unsubscribed) < self._prune_at:
+            return
+        if not self.down and not (eng.pending and eng.pending[0].kind == "redo"):
+            floor = min((sent.floor for sent in eng.inflight), default=eng.floor)
+            floor = min(floor, eng.floor)
+            self.unsubscribed = {s: q for s, q in self.unsubscribed.items() if q >= floor}
+        self._prune_at = max(PRUNE_MIN, 2 * len(self.unsubscribed))
 
     def settle(self, k: int, fields: set[bytes] | None) -> None:
         """Shard ``k``'s outage record loses ``fields`` (None: all of it) in the next round's
@@ -156,7 +189,7 @@ class Recovery:
             self.settle(k, set(fields) - last.keys())
             self.restarted[k] = (redo, last)
             slot_of = eng.slots.slot_of
-            for x, _ in redo:
+            for x, *_ in redo:
                 if x[0] != "pub":
                     continue
                 mid = x[1].id
@@ -250,8 +283,10 @@ class Recovery:
                         k,
                         MISSED_MAX,
                     )
-                n = len(outage.missed)
-                subs, redo = told(share, outage.missed[:n], eng.subs.__contains__)
+                n, since = len(outage.missed), eng.seq
+                subs, redo = told(
+                    share, alive(outage.missed[:n], self.unsubscribed), eng.subs.__contains__
+                )
                 try:
                     await eng.load_shard(k, subs, eng.tick())
                 except Exception as exc:
@@ -275,13 +310,17 @@ class Recovery:
                 # a subscription loaded and gone since leaves the shard before anything else
                 # (its tag may be another's by now), its other items dropped: every one, not
                 # only those whose unsubscribe was routed here (one loaded as it was before it
-                # moved away is unsubscribed on its new shards only); of the publishes, those
-                # of messages still live (the first time each)
+                # moved away is unsubscribed on its new shards only), and one subscribed anew
+                # since is a new one (``Outage.alive``); of the publishes, those of messages
+                # still live (the first time each)
                 live, exists = eng.live, eng.subs.__contains__
-                gone = {x.id for x in subs if not exists(x.id)}
+                unsubscribed = self.unsubscribed
+                gone = {
+                    x.id for x in subs if not exists(x.id) or unsubscribed.get(x.id, -1) >= since
+                }
                 again: set[str] = set()
                 items: list[Missed] = []
-                for x in redo + outage.missed[n:]:
+                for x in redo + alive(outage.missed[n:], unsubscribed):
                     if x[0][0] == "pub":
                         mid = x[0][1].id
                         if mid in again:
@@ -484,10 +523,10 @@ def items_on(ops: Sequence[Op], where, per, k: int) -> list[Missed]:
             if kk != k:
                 continue
             if op.kind == "redo":
-                out.append((share[i], op.arg[1]))
+                out.append((share[i], op.arg[1], op.seq))
             elif op.kind == "pub":
                 if not op.replay:
-                    out.append((share[i], None))
+                    out.append((share[i], None, op.seq))
             else:
-                out.append((share[i], op.prev if k in op.prev_at else None))
+                out.append((share[i], op.prev if k in op.prev_at else None, op.seq))
     return out

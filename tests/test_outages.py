@@ -13,6 +13,7 @@ import random
 
 import pytest
 
+from coordinator import recovery
 from coordinator.engine import Engine
 from coordinator.outages import Outage, told
 from coordinator.shards import LocalShard
@@ -76,8 +77,24 @@ class Told:
         still in flight reports the expiry a later round's routing gave it.)"""
 
     async def on_round(self, rnd) -> None:
+        at = 0  # in order: an id unsubscribed and subscribed again in one round holds anew
+        for op, _, end in rnd.spans:
+            self._take(rnd, at, end)
+            at = end
+            if op.kind == "unsub":
+                self.held.pop(op.arg, None)
+        self._take(rnd, at, len(rnd.subs))
+        for op, _, _ in rnd.spans:  # answered, as the delivery stage does
+            if op.kind == "pub" and op.arg.ttl:
+                self.expiry[op.arg.id] = rnd.now + op.arg.ttl
+            if not op.future.done():
+                op.future.set_result(None)
+
+    def _take(self, rnd, start: int, end: int) -> None:
         ids = self.engine.slots.ids
-        for slot, kind, i in zip(rnd.subs, rnd.kinds, rnd.midx, strict=True):
+        for slot, kind, i in zip(
+            rnd.subs[start:end], rnd.kinds[start:end], rnd.midx[start:end], strict=True
+        ):
             sid, mid = ids[slot], rnd.mids[i]
             held = self.held.setdefault(sid, set())
             if mid in self.one_shot:
@@ -94,13 +111,6 @@ class Told:
                 if mid not in held:
                     self.errors.append(f"{sid}: - {mid} not held")
                 held.discard(mid)
-        for op, _, _ in rnd.spans:  # answered, as the delivery stage does
-            if op.kind == "pub" and op.arg.ttl:
-                self.expiry[op.arg.id] = rnd.now + op.arg.ttl
-            if op.kind == "unsub":
-                self.held.pop(op.arg, None)
-            if not op.future.done():
-                op.future.set_result(None)
 
 
 def _region(rng: random.Random) -> Rect:
@@ -151,6 +161,7 @@ def _check(engine: Engine, told_: Told, now: float) -> None:
 @pytest.mark.parametrize("seed", range(12))
 def test_subscribers_are_told_exactly_what_they_hold_through_shard_faults(seed, monkeypatch):
     monkeypatch.setattr("coordinator.recovery.RELOAD_PAUSE_S", (0.001, 0.004))
+    monkeypatch.setattr("coordinator.recovery.PRUNE_MIN", 4)  # pruned often, never too much
 
     async def main():
         rng = random.Random(seed)
@@ -172,13 +183,18 @@ def test_subscribers_are_told_exactly_what_they_hold_through_shard_faults(seed, 
         futs = []
         sent: list = []  # (future, message) of every publish: one that failed is sent again
         n_sub = n_msg = 0
+        unsubscribed: list[str] = []  # ids that may be subscribed again, a new subscription
         for step in range(600):
             r = rng.random()
             subs = list(engine.subs)
             if r < 0.25 or not subs:
-                n_sub += 1
+                if unsubscribed and rng.random() < 0.4:
+                    sid = unsubscribed.pop(rng.randrange(len(unsubscribed)))
+                else:
+                    n_sub += 1
+                    sid = f"s{n_sub}"
                 sub = Subscription(
-                    f"s{n_sub}", ((rng.choice(TERMS),),), _region(rng), moving=rng.random() < 0.5
+                    sid, ((rng.choice(TERMS),),), _region(rng), moving=rng.random() < 0.5
                 )
                 futs.append(engine.subscribe(sub))
             elif r < 0.55:
@@ -195,7 +211,8 @@ def test_subscribers_are_told_exactly_what_they_hold_through_shard_faults(seed, 
                     p = Point(rng.uniform(0, 10), rng.uniform(0, 10))
                     futs += engine.move_many([(rng.choice(movers), p)], [""])
             elif r < 0.9:
-                futs.append(engine.unsubscribe(rng.choice(subs)))
+                unsubscribed.append(sid := rng.choice(subs))
+                futs.append(engine.unsubscribe(sid))
             elif r < 0.95:
                 rng.choice(shards).fail(rng.choice(["before", "after"]))
             else:
@@ -294,16 +311,88 @@ def test_a_subscription_gone_during_its_old_shards_load_leaves_that_shard(monkey
     asyncio.run(main())
 
 
+def test_a_subscription_unsubscribed_and_made_again_during_its_old_shards_load_leaves_it(
+    monkeypatch,
+):
+    """As above, but the id is subscribed again (elsewhere) before the load ends: the id
+    exists, yet the one loaded is the old one, and must leave the reloaded shard too."""
+    monkeypatch.setattr("coordinator.recovery.RELOAD_PAUSE_S", (0.02, 0.02))
+
+    class Gated(FaultyShard):
+        gate: asyncio.Event | None = None
+
+        async def load(self, subs, now, tags):
+            if self.gate is not None and not self.dead:
+                await self.gate.wait()
+            return await super().load(subs, now, tags)
+
+    async def main():
+        rng = random.Random(0)
+        a, b = Gated(0, rng), Gated(1, rng)
+        clock = [1000.0]
+        told_ = Told()
+        engine = Engine(
+            [a, b],
+            PartitionMap.build([(1, 5), (9, 5)], 2),
+            on_round=told_.on_round,
+            batch_delay_ms=0.5,
+            clock=lambda: clock[0],
+            tick_s=0.01,
+        )
+        told_.engine = engine
+        engine.start()
+        await engine.subscribe(Subscription("s", (("a",),), Rect(0, 0, 2, 2), moving=True))
+        await engine.publish(Message("m", ("a",), Point(1, 1), ttl=5.0), b"p")
+        a.dead = True  # down; its first load fails, the second waits at the gate
+        await asyncio.gather(engine.move("s", Point(1.2, 1.2)), return_exceptions=True)
+        await asyncio.gather(engine.move("s", Point(8.5, 8.5)), return_exceptions=True)
+        a.gate, a.dead = asyncio.Event(), False
+        await asyncio.sleep(0.05)
+        await engine.unsubscribe("s")  # routed to b only
+        await engine.subscribe(Subscription("s", (("a",),), Rect(8, 8, 9, 9)))  # on b
+        a.gate.set()
+        await _quiet(engine, clock)
+        assert a.state.subscriptions(["s"]) == [None]
+        await engine.publish(Message("m2", ("a",), Point(1, 1), ttl=5.0), b"p")
+        await _quiet(engine, clock)
+        assert "m2" not in told_.held.get("s", set())
+        clock[0] += 10.0  # m and m2 expire on a: no REMOVE for s
+        for _ in range(5):
+            await asyncio.sleep(0.02)
+        await _quiet(engine, clock)
+        assert told_.errors == []
+        await engine.stop()
+
+    asyncio.run(main())
+
+
+def test_unsubscribes_are_remembered_only_while_a_shard_may_miss_older_items():
+    async def main():
+        shards = [FaultyShard(k, random.Random(k)) for k in range(2)]
+        told_ = Told()
+        engine = Engine(shards, PartitionMap.build([(1, 5), (9, 5)], 2), on_round=told_.on_round)
+        told_.engine = engine
+        engine.start()
+        subs = [Subscription(f"s{i}", (("a",),), Rect(0, 0, 2, 2)) for i in range(5000)]
+        await asyncio.gather(*engine.subscribe_many(subs))
+        for i in range(0, 5000, 100):  # nothing down: the old ones are pruned
+            await asyncio.gather(*engine.unsubscribe_many([s.id for s in subs[i : i + 100]]))
+        assert len(engine.recovery.unsubscribed) < 2 * recovery.PRUNE_MIN
+        await engine.stop()
+
+    asyncio.run(main())
+
+
 def test_told_undoes_what_the_shard_missed():
     a = Subscription("a", (("x",),), Rect(0, 0, 1, 1), moving=True)
     a2 = Subscription("a", (("x",),), Rect(5, 5, 6, 6), moving=True)
     b = Subscription("b", (("y",),), Rect(0, 0, 1, 1))
     c = Subscription("c", (("y",),), Rect(0, 0, 1, 1))
     missed = [
-        (("move", "a", Point(5.5, 5.5)), a),
-        (("sub", b, 7), None),
-        (("move", "a", Point(0.5, 0.5)), a2),
-        (("unsub", "c"), c),
+        (("move", "a", Point(5.5, 5.5)), a, 1),
+        (("sub", b, 7), None, 2),
+        (("move", "a", Point(0.5, 0.5)), a2, 3),
+        (("unsub", "c"), c, 4),
     ]
     share, redo = told({"a": a, "b": b}, missed, {"a", "b"}.__contains__)
     assert share == [a]  # a as it was before its first missed move; b not there yet; c gone
@@ -313,11 +402,11 @@ def test_told_undoes_what_the_shard_missed():
 def test_an_outage_past_its_limit_keeps_nothing(monkeypatch):
     monkeypatch.setattr("coordinator.outages.MISSED_MAX", 2)
     o = Outage(UnavailableError("down"))
-    o.note([(("unsub", "a"), None)] * 2)
+    o.note([(("unsub", "a"), None, 1)] * 2)
     assert not o.overflow and len(o.missed) == 2
-    o.note([(("unsub", "b"), None)])
+    o.note([(("unsub", "b"), None, 2)])
     assert o.overflow and o.missed == []
-    o.note([(("unsub", "c"), None)])
+    o.note([(("unsub", "c"), None, 3)])
     assert o.missed == []
 
 
