@@ -16,7 +16,9 @@ after the load in a round that delivers their updates:
   subscription's items in order (a move's ± then come out as the ADDs and REMOVEs the subscriber
   missed), and the publishes of messages still live elsewhere (their holders on this shard get
   their ADDs). Items of subscriptions gone since, and publishes of messages that are not live,
-  are dropped (nobody is left to tell).
+  are dropped (nobody is left to tell); so are the items of a subscription unsubscribed after
+  them, even if its id was subscribed again since (``alive``: a new subscription, whose own
+  items come later).
 
 The live messages the shard had are stored again without deliveries (their holders were told).
 
