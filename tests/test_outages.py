@@ -259,54 +259,69 @@ def test_subscribers_are_told_exactly_what_they_hold_through_shard_faults(seed, 
     asyncio.run(main())
 
 
+class Gated(FaultyShard):
+    """A shard whose load, once ``gate`` is set to an event, waits for it."""
+
+    gate: asyncio.Event | None = None
+
+    async def load(self, subs, now, tags):
+        if self.gate is not None and not self.dead:
+            await self.gate.wait()
+        return await super().load(subs, now, tags)
+
+
+async def _unsubscribed_during_its_old_shards_load() -> tuple[Gated, Engine, Told, list]:
+    """A moving subscription ``s`` holding ``m`` leaves shard 0 while it is down (which is then
+    loaded with it as its subscriber was told) and is unsubscribed, on shard 1 only, while
+    that load waits at the gate (still closed)."""
+    rng = random.Random(0)
+    a, b = Gated(0, rng), Gated(1, rng)
+    clock = [1000.0]
+    told_ = Told()
+    engine = Engine(
+        [a, b],
+        PartitionMap.build([(1, 5), (9, 5)], 2),
+        on_round=told_.on_round,
+        batch_delay_ms=0.5,
+        clock=lambda: clock[0],
+        tick_s=0.01,
+    )
+    told_.engine = engine
+    engine.start()
+    await engine.subscribe(Subscription("s", (("a",),), Rect(0, 0, 2, 2), moving=True))
+    await engine.publish(Message("m", ("a",), Point(1, 1), ttl=5.0), b"p")
+    a.dead = True  # down; its first load fails, the second waits at the gate
+    await asyncio.gather(engine.move("s", Point(1.2, 1.2)), return_exceptions=True)
+    await asyncio.gather(engine.move("s", Point(8.5, 8.5)), return_exceptions=True)
+    a.gate, a.dead = asyncio.Event(), False
+    await asyncio.sleep(0.05)
+    await engine.unsubscribe("s")  # routed to b only
+    return a, engine, told_, clock
+
+
+async def _expire_all(engine: Engine, told_: Told, clock: list) -> None:
+    """Every message expires; nobody was told anything wrong; the engine stops."""
+    clock[0] += 10.0
+    for _ in range(5):
+        await asyncio.sleep(0.02)
+    await _quiet(engine, clock)
+    assert told_.errors == []
+    await engine.stop()
+
+
 def test_a_subscription_gone_during_its_old_shards_load_leaves_that_shard(monkeypatch):
-    """A moving subscription leaves a down shard (which is loaded with it as its subscriber was
-    told) and is unsubscribed, on its new shard only, while that load runs: the reloaded shard
-    drops it too, or it stays there under a slot the next subscription takes (which got the
-    REMOVEs of the stale one's messages)."""
+    """The reloaded shard drops the subscription unsubscribed during its load too, or it stays
+    there under a slot the next subscription takes (which got the REMOVEs of the stale one's
+    messages)."""
     monkeypatch.setattr("coordinator.recovery.RELOAD_PAUSE_S", (0.02, 0.02))
 
-    class Gated(FaultyShard):
-        gate: asyncio.Event | None = None
-
-        async def load(self, subs, now, tags):
-            if self.gate is not None and not self.dead:
-                await self.gate.wait()
-            return await super().load(subs, now, tags)
-
     async def main():
-        rng = random.Random(0)
-        a, b = Gated(0, rng), Gated(1, rng)
-        clock = [1000.0]
-        told_ = Told()
-        engine = Engine(
-            [a, b],
-            PartitionMap.build([(1, 5), (9, 5)], 2),
-            on_round=told_.on_round,
-            batch_delay_ms=0.5,
-            clock=lambda: clock[0],
-            tick_s=0.01,
-        )
-        told_.engine = engine
-        engine.start()
-        await engine.subscribe(Subscription("s", (("a",),), Rect(0, 0, 2, 2), moving=True))
-        await engine.publish(Message("m", ("a",), Point(1, 1), ttl=5.0), b"p")
-        a.dead = True  # down; its first load fails, the second waits at the gate
-        await asyncio.gather(engine.move("s", Point(1.2, 1.2)), return_exceptions=True)
-        await asyncio.gather(engine.move("s", Point(8.5, 8.5)), return_exceptions=True)
-        a.gate, a.dead = asyncio.Event(), False
-        await asyncio.sleep(0.05)
-        await engine.unsubscribe("s")  # routed to b only
+        a, engine, told_, clock = await _unsubscribed_during_its_old_shards_load()
         a.gate.set()
         await _quiet(engine, clock)
         assert a.state.subscriptions(["s"]) == [None]
         await engine.subscribe(Subscription("s2", (("b",),), Rect(8, 8, 9, 9)))
-        clock[0] += 10.0  # m expires on a: no REMOVE for s2
-        for _ in range(5):
-            await asyncio.sleep(0.02)
-        await _quiet(engine, clock)
-        assert told_.errors == []
-        await engine.stop()
+        await _expire_all(engine, told_, clock)  # m expires on a: no REMOVE for s2
 
     asyncio.run(main())
 
@@ -315,40 +330,12 @@ def test_a_subscription_unsubscribed_and_made_again_during_its_old_shards_load_l
     monkeypatch,
 ):
     """As above, but the id is subscribed again (elsewhere) before the load ends: the id
-    exists, yet the one loaded is the old one, and must leave the reloaded shard too."""
+    exists, yet the one loaded is the old one; it leaves the reloaded shard, and its missed
+    changes there (a detach, with the REMOVE of ``m``) reach nobody."""
     monkeypatch.setattr("coordinator.recovery.RELOAD_PAUSE_S", (0.02, 0.02))
 
-    class Gated(FaultyShard):
-        gate: asyncio.Event | None = None
-
-        async def load(self, subs, now, tags):
-            if self.gate is not None and not self.dead:
-                await self.gate.wait()
-            return await super().load(subs, now, tags)
-
     async def main():
-        rng = random.Random(0)
-        a, b = Gated(0, rng), Gated(1, rng)
-        clock = [1000.0]
-        told_ = Told()
-        engine = Engine(
-            [a, b],
-            PartitionMap.build([(1, 5), (9, 5)], 2),
-            on_round=told_.on_round,
-            batch_delay_ms=0.5,
-            clock=lambda: clock[0],
-            tick_s=0.01,
-        )
-        told_.engine = engine
-        engine.start()
-        await engine.subscribe(Subscription("s", (("a",),), Rect(0, 0, 2, 2), moving=True))
-        await engine.publish(Message("m", ("a",), Point(1, 1), ttl=5.0), b"p")
-        a.dead = True  # down; its first load fails, the second waits at the gate
-        await asyncio.gather(engine.move("s", Point(1.2, 1.2)), return_exceptions=True)
-        await asyncio.gather(engine.move("s", Point(8.5, 8.5)), return_exceptions=True)
-        a.gate, a.dead = asyncio.Event(), False
-        await asyncio.sleep(0.05)
-        await engine.unsubscribe("s")  # routed to b only
+        a, engine, told_, clock = await _unsubscribed_during_its_old_shards_load()
         await engine.subscribe(Subscription("s", (("a",),), Rect(8, 8, 9, 9)))  # on b
         a.gate.set()
         await _quiet(engine, clock)
@@ -356,12 +343,7 @@ def test_a_subscription_unsubscribed_and_made_again_during_its_old_shards_load_l
         await engine.publish(Message("m2", ("a",), Point(1, 1), ttl=5.0), b"p")
         await _quiet(engine, clock)
         assert "m2" not in told_.held.get("s", set())
-        clock[0] += 10.0  # m and m2 expire on a: no REMOVE for s
-        for _ in range(5):
-            await asyncio.sleep(0.02)
-        await _quiet(engine, clock)
-        assert told_.errors == []
-        await engine.stop()
+        await _expire_all(engine, told_, clock)  # m and m2 expire on a: no REMOVE for s
 
     asyncio.run(main())
 
