@@ -21,6 +21,7 @@ from geopubsub.v1 import geopubsub_pb2 as pb
 from shard.brute import subscription_matches
 from shard.model import Message, Point, Rect, Subscription
 from shard.state import ShardState
+from tests.test_outages import settled
 from tests.test_retention import DownShard, Node, _settings
 
 pytestmark = pytest.mark.redis
@@ -104,18 +105,6 @@ async def _traffic(stub, rng: random.Random, n_ops: int, state: dict) -> None:
             assert exc.code() in EXPECTED, (exc.code(), exc.details())
 
 
-async def _settled(node: Node) -> None:
-    """Until no shard is down and nothing waits."""
-    eng = node.app.engine
-    for _ in range(1500):
-        await asyncio.sleep(0.01)
-        if not eng.recovery.down_shards() and not eng.pending and not eng.inflight:
-            await asyncio.sleep(0.1)
-            if not eng.recovery.down_shards() and not eng.pending and not eng.inflight:
-                return
-    raise AssertionError(f"the cluster did not settle: down {eng.recovery.down_shards()}")
-
-
 async def _stream(stub, sid: str) -> list[pb.Delivery]:
     out = []
     call = stub.StreamResults(pb.StreamResultsRequest(id=sid, after_sequence=0))
@@ -160,11 +149,11 @@ def test_a_coordinator_killed_while_a_shard_is_down_leaves_no_subscriber_mistold
                 await node.__aenter__()
                 await _traffic(node.stub, rng, 10, state)
                 SwitchedShard.down = set()
-                await _settled(node)
+                await settled(node.app.engine, step=0.01, tries=1500)
                 await _traffic(node.stub, rng, 20, state)
-            await _settled(node)
+            await settled(node.app.engine, step=0.01, tries=1500)
             await asyncio.sleep(2.0)  # the short-lived messages expire
-            await _settled(node)
+            await settled(node.app.engine, step=0.01, tries=1500)
             eng = node.app.engine
             live = {m.id: m for m, _, _ in eng.live.values()}
             wrong = []
@@ -272,7 +261,7 @@ def test_a_one_shot_message_cut_short_reaches_the_down_shard_after_a_crash(redis
             SwitchedShard.down = set()
             node = Node(settings, SwitchedShard)
             await node.__aenter__()
-            await _settled(node)
+            await settled(node.app.engine, step=0.01, tries=1500)
             shape = {
                 sid: [(d.kind, d.message.id) for d in await _stream(node.stub, sid)]
                 for sid in ("near", "far")

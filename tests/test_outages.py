@@ -135,12 +135,13 @@ async def _answered(futs: list) -> None:
     futs.clear()
 
 
-async def _quiet(engine: Engine, clock: list[float]) -> None:
-    """Until no shard is down and nothing waits (the clock still: nothing expires)."""
-    for _ in range(2000):
-        await asyncio.sleep(0.002)
+async def settled(engine: Engine, step: float = 0.002, tries: int = 2000) -> None:
+    """Until no shard is down and nothing waits, twice ``10 * step`` apart (polled every
+    ``step`` s, at most ``tries`` times). Here the test clock stands still: nothing expires."""
+    for _ in range(tries):
+        await asyncio.sleep(step)
         if not engine.recovery.down_shards() and not engine.pending and not engine.inflight:
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(10 * step)
             if not engine.recovery.down_shards() and not engine.pending and not engine.inflight:
                 return
     raise AssertionError(f"the engine did not settle: down {engine.recovery.down_shards()}")
@@ -230,25 +231,25 @@ def test_subscribers_are_told_exactly_what_they_hold_through_shard_faults(seed, 
                     s.dead = False
                     s.mode = None
                 await _answered(futs)
-                await _quiet(engine, clock)
+                await settled(engine)
                 # a publish answered UNAVAILABLE is sent again with its id (as clients do): it
                 # may have taken effect on some shards, and must not be delivered twice
                 again = [m for f, m in sent if isinstance(f.exception(), UnavailableError)]
                 sent.clear()
                 futs += [engine.publish_many([m], [b"p"], ["message"])[0] for m in again]
                 await _answered(futs)
-                await _quiet(engine, clock)
+                await settled(engine)
                 _check(engine, told_, clock[0])
         for s in shards:
             s.dead = False
             s.mode = None
         await _answered(futs)
-        await _quiet(engine, clock)
+        await settled(engine)
         _check(engine, told_, clock[0])
         clock[0] += 10.0  # every message expires: nothing is held
         for _ in range(5):
             await asyncio.sleep(0.02)
-        await _quiet(engine, clock)
+        await settled(engine)
         assert told_.errors == [], told_.errors[:10]
         assert not engine.live
         held = {s: sorted(h) for s, h in told_.held.items() if h}
@@ -304,7 +305,7 @@ async def _expire_all(engine: Engine, told_: Told, clock: list) -> None:
     clock[0] += 10.0
     for _ in range(5):
         await asyncio.sleep(0.02)
-    await _quiet(engine, clock)
+    await settled(engine)
     assert told_.errors == []
     await engine.stop()
 
@@ -318,7 +319,7 @@ def test_a_subscription_gone_during_its_old_shards_load_leaves_that_shard(monkey
     async def main():
         a, engine, told_, clock = await _unsubscribed_during_its_old_shards_load()
         a.gate.set()
-        await _quiet(engine, clock)
+        await settled(engine)
         assert a.state.subscriptions(["s"]) == [None]
         await engine.subscribe(Subscription("s2", (("b",),), Rect(8, 8, 9, 9)))
         await _expire_all(engine, told_, clock)  # m expires on a: no REMOVE for s2
@@ -338,10 +339,10 @@ def test_a_subscription_unsubscribed_and_made_again_during_its_old_shards_load_l
         a, engine, told_, clock = await _unsubscribed_during_its_old_shards_load()
         await engine.subscribe(Subscription("s", (("a",),), Rect(8, 8, 9, 9)))  # on b
         a.gate.set()
-        await _quiet(engine, clock)
+        await settled(engine)
         assert a.state.subscriptions(["s"]) == [None]
         await engine.publish(Message("m2", ("a",), Point(1, 1), ttl=5.0), b"p")
-        await _quiet(engine, clock)
+        await settled(engine)
         assert "m2" not in told_.held.get("s", set())
         await _expire_all(engine, told_, clock)  # m and m2 expire on a: no REMOVE for s
 
