@@ -29,7 +29,7 @@ import logging
 import struct
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,10 +57,13 @@ _POINT = struct.Struct("<dd")
 class _Stream:
     """An open stream's buffer: bounded in deliveries and in bytes (serialized size)."""
 
-    __slots__ = ("queue", "overflowed", "bytes", "max_items", "max_bytes")
+    __slots__ = ("queue", "overflowed", "bytes", "max_items", "max_bytes", "epoch")
 
     def __init__(self, max_items: int, max_bytes: int) -> None:
         self.queue: asyncio.Queue = asyncio.Queue()
+        """Deliveries, and None last when the subscription it follows is unsubscribed."""
+        self.epoch = 0
+        """The epoch of the subscription it follows (``Slots.epoch``)."""
         self.overflowed = False
         self.bytes = 0
         self.max_items = max_items
@@ -76,9 +79,10 @@ class _Stream:
         self.queue.put_nowait(d)
         return True
 
-    async def take(self) -> pb.Delivery:
+    async def take(self) -> pb.Delivery | None:
         d = await self.queue.get()
-        self.bytes -= d.ByteSize()
+        if d is not None:
+            self.bytes -= d.ByteSize()
         return d
 
     def clear(self) -> None:
@@ -106,6 +110,9 @@ class _Written:
     matched: dict[str, int]
     answers: list[tuple[asyncio.Future, object]]
     """Each operation's answer: a publish's matched count, a move's deliveries."""
+    ends: dict[str, tuple[int, int]]
+    """The subscriptions the round unsubscribed -> the index of their first delivery after
+    the unsubscribe and the epoch it began (their streams from before end there)."""
 
 
 class Deliveries:
@@ -138,6 +145,7 @@ class Deliveries:
         self.dropped = 0
         self.gaps = 0
         """GAP deliveries sent (ranges a stream could not serve)."""
+        self._cuts_at_start: list[tuple[str, int]] = []
         self.log_failures = 0
         self.log_failing: UnavailableError | None = None
         """Why the last attempt to write a round failed (Redis unreachable or full), while it
@@ -160,6 +168,10 @@ class Deliveries:
         now = rnd.now
         slots = np.array(rnd.subs, np.int64)
         seqs = number(tab.seq, slots)
+        ends, cuts = self._cuts(rnd, slots) if rnd.removed else ({}, [])
+        if self._cuts_at_start:
+            cuts = self._cuts_at_start + cuts
+            self._cuts_at_start = []
         kinds = np.array(rnd.kinds, np.uint8)
         durable = tab.durable[slots]
         # ephemeral subscriptions past their lease: extend it in this round's write
@@ -193,6 +205,7 @@ class Deliveries:
             [(sid.encode(), _POINT.pack(x, y)) for sid, x, y in rnd.moved],
             (rnd.outage_reset, rnd.outage_done, rnd.outage_noted),
             rnd.told,
+            [(m.encode(), ",".join(map(str, sorted(ks))).encode()) for m, ks in rnd.owed],
         )
         if (
             d.size
@@ -205,9 +218,12 @@ class Deliveries:
             or rnd.outage_done
             or rnd.outage_noted
             or rnd.told
+            or rnd.owed
+            or cuts
         ):
             n = self.log.next_round()
-            blob = self._blob(n, rnd, slots, seqs, kinds, d, [matched[i] for i in pub_ids], pub_ids)
+            pub_matched = [matched[i] for i in pub_ids]
+            blob = self._blob(n, rnd, slots, seqs, kinds, d, pub_matched, pub_ids, cuts)
         # who follows a delivery is settled now, with the numbering (a stream that opens later
         # takes its mark after this round: ``stream``)
         ids = tab.ids
@@ -248,10 +264,45 @@ class Deliveries:
         if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(self._write_loop())
         await self._written.put(
-            _Written(rnd, n, blob, pub_ids, leases, state, followed, delivery, matched, answers)
+            _Written(
+                rnd, n, blob, pub_ids, leases, state, followed, delivery, matched, answers, ends
+            )
         )
 
-    def _blob(self, n, rnd, slots, seqs, kinds, d, pub_matched, pub_ids) -> bytes:
+    def cut(self, ids: Iterable[str]) -> None:
+        """At start, before any round: these subscriptions are new ones whose Subscribe was
+        never told (``Metadata.untold``), so what was numbered under their ids before is an
+        earlier subscription's (their floor, written with the first round)."""
+        tab = self.slots
+        for sid in ids:
+            s = tab.slot_of.get(sid)
+            if s is not None:
+                tab.floor[s] = q = int(tab.seq[s])
+                self._cuts_at_start.append((sid, q))
+
+    def _cuts(self, rnd: Round, slots: np.ndarray) -> tuple[dict[str, tuple[int, int]], list]:
+        """Where each subscription the round unsubscribed ended: the last sequence numbered
+        to it up to its unsubscribe becomes its slot's ``floor`` (an id subscribed again later
+        in the round, or after, is a new subscription numbered on from there). Returns the
+        index of each one's first delivery after its unsubscribe with the epoch begun there,
+        and (id, floor) for the blob."""
+        tab = self.slots
+        at = [(op.arg, b, tab.slot_of.get(op.arg)) for op, _, b in rnd.spans if op.kind == "unsub"]
+        at = [x for x in at if x[2] is not None]
+        if not at:
+            return {}, []
+        hit = np.flatnonzero(np.isin(slots, [s for _, _, s in at]))
+        ends, cuts = {}, []
+        for sid, b, s in at:
+            later = hit[(hit >= b) & (slots[hit] == s)]
+            q = int(tab.seq[s]) - later.size
+            tab.floor[s] = q
+            tab.epoch[s] = e = tab.new_epoch()
+            ends[sid] = (int(later[0]) if later.size else len(slots), e)
+            cuts.append((sid, q))
+        return ends, cuts
+
+    def _blob(self, n, rnd, slots, seqs, kinds, d, pub_matched, pub_ids, cuts) -> bytes:
         """Round ``n``'s blob: the durable deliveries ``d`` grouped by subscription (each
         record chained to the subscription's previous one), the messages they name."""
         tab = self.slots
@@ -297,6 +348,7 @@ class Deliveries:
             msgs,
             pub_ids,
             pub_matched,
+            cuts,
         )
 
     async def _write_loop(self) -> None:
@@ -308,7 +360,7 @@ class Deliveries:
                 if w.n:
                     await self._write(w)
                 self._answer(w)
-                self._offer(w.followed, w.delivery)
+                self._offer(w.followed, w.delivery, w.ends)
             except Exception as exc:  # a bug: this round's callers hear of it, the writer goes
                 # on (a writer that died would leave every later round waiting for it)
                 _log.critical("the delivery writer failed on a round", exc_info=True)
@@ -361,12 +413,21 @@ class Deliveries:
             if not fut.done():
                 fut.set_result(value)
 
-    def _offer(self, followed: list[tuple[int, str]], delivery) -> None:
+    def _offer(self, followed: list[tuple[int, str]], delivery, ends: dict) -> None:
+        """Offer the round's followed deliveries to their streams; a stream whose subscription
+        the round unsubscribed gets what came before and then ends (one opened since follows
+        the next subscription under the id, and has its mark past these)."""
         streams = self.streams
         for i, sid in followed:
+            if sid in ends and i >= ends[sid][0]:
+                continue
             for st in streams.get(sid, ()):
                 if st.overflowed or not st.offer(delivery(i, sid)):
                     self.dropped += 1  # the stream catches up from the log
+        for sid, (_, e) in ends.items():
+            for st in streams.get(sid, ()):
+                if st.epoch < e:
+                    st.queue.put_nowait(None)
 
     async def _caught_up(self) -> None:
         """Wait until every round numbered so far is written and offered."""
@@ -420,7 +481,11 @@ class Deliveries:
     async def stream(self, sub_id: str, after: int) -> AsyncIterator[pb.Delivery]:
         """Deliveries of ``sub_id`` with sequence > ``after``: the retained ones from the log,
         then live ones as they come; a GAP in place of what cannot be served. Never repeats a
-        sequence. At most ``max_streams`` are open at once (RESOURCE_EXHAUSTED past that)."""
+        sequence. At most ``max_streams`` are open at once (RESOURCE_EXHAUSTED past that).
+
+        A stream follows the subscription under ``sub_id`` when it opens: what an earlier one
+        under the id was given (up to ``Slots.floor``) is a GAP to it, and it ends when that
+        subscription is unsubscribed."""
         if self.open_streams >= self.max_streams:
             raise OverloadedError(
                 f"streams={self.open_streams}: at most max_streams={self.max_streams} result "
@@ -439,9 +504,16 @@ class Deliveries:
                 s = tab.slot_of.get(sub_id)
                 if s is None:  # removed meanwhile: nothing more comes
                     return
-                mark, head = int(tab.seq[s]), int(tab.head[s])
+                if not st.epoch:
+                    st.epoch = int(tab.epoch[s])
+                elif st.epoch != tab.epoch[s]:  # unsubscribed (and maybe made again) meanwhile
+                    return
+                mark, head, floor = int(tab.seq[s]), int(tab.head[s]), int(tab.floor[s])
                 st.clear()
                 await self._caught_up()
+                if last < floor:  # an earlier subscription's: never read back to this one
+                    yield self._gap(sub_id, last + 1, floor)
+                    last = floor
                 if last < mark:
                     entries = (
                         await self.log.read(
@@ -464,6 +536,8 @@ class Deliveries:
                         last = mark
                 while not st.overflowed:
                     x = await st.take()
+                    if x is None:  # its subscription was unsubscribed
+                        return
                     if x.sequence <= last:
                         continue
                     if x.sequence > last + 1:

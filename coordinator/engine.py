@@ -198,6 +198,9 @@ class Engine:
         """Stored messages not yet expired: (message, payload, expiry)."""
         self.multi: dict[str, dict[int, int]] = {}  # message on several shards -> slot -> count
         self._expiry: list[tuple[float, str]] = []
+        self.owed: dict[str, frozenset[int]] = {}
+        """Stored messages past their expiry that some of their shards have expired (and told
+        its holders) while others did not answer: the shards still to expire them."""
         self.pending: list[Op] = []
         self.seq = 0
         """The next operation's sequence number (``Op.seq``)."""
@@ -443,8 +446,14 @@ class Engine:
         return self.pm.overlapping(location_bbox(m.location))
 
     def live_in(self, k: int) -> list[tuple[Message, bytes, float]]:
-        """The live messages shard ``k`` stores."""
-        return [e for e in self.live.values() if k in self.shards_of(e[0])]
+        """The live messages shard ``k`` stores (not those past their expiry that it has
+        expired already: ``owed``)."""
+        owed = self.owed
+        return [
+            e
+            for e in self.live.values()
+            if k in (owed[e[0].id] if e[0].id in owed else self.shards_of(e[0]))
+        ]
 
     @staticmethod
     def new_message_id() -> str:
@@ -603,13 +612,14 @@ class Engine:
         rnd = Round(now)
         # expirations first (every shard advanced to now before its ops)
         self._expirations([by_shard[k][0] for k in ks], rnd)
-        rnd.expired = self._expire(
+        self._expire(
             now,
             {
                 k
                 for k in ks
                 if k not in sent.lost and not isinstance(results[ks.index(k)], BaseException)
             },
+            rnd,
         )
         multi = self.multi
         live = self.live
@@ -734,8 +744,10 @@ class Engine:
                 if isinstance(m.location, Point)
                 else self.pm.overlapping(location_bbox(m.location))
             )
-            if op.replay:  # stored until its expiry
+            if op.replay:  # stored until its expiry (where it was not expired already)
                 m = op.arg = dataclasses.replace(m, ttl=max(op.expiry - now, REPLAY_MIN_TTL_S))
+                if m.id in self.owed:
+                    targets = [k for k in targets if k in self.owed[m.id]]
             if m.ttl:
                 if not op.replay:
                     self._stored_waiting -= 1
@@ -866,31 +878,41 @@ class Engine:
         skipped when it comes up)."""
         self.live.pop(msg_id, None)
         self.multi.pop(msg_id, None)
+        self.owed.pop(msg_id, None)
 
-    def _expire(self, now: float, answered: set[int]) -> list[str]:
-        """Forget the messages expired by ``now``; returns their ids. A message is forgotten in
+    def _expire(self, now: float, answered: set[int], rnd: Round) -> None:
+        """Forget the messages expired by ``now`` (``rnd.expired``). A message is forgotten in
         the round whose answers from its shards brought its REMOVEs: one stored in a shard that
         did not answer this round (down, failed, or lost) is kept, its expiry put off by
-        ``tick_s`` at a time, and the reloaded shard gets it back (``live_in``) and expires it."""
-        out = []
+        ``tick_s`` at a time, and the reloaded shard gets it back (``live_in``) and expires it;
+        the shards that did answer have expired it and told its holders, so neither a reload
+        nor a restart stores it there again (``owed``, written with the round)."""
+        out = rnd.expired
         later = []
         n = len(self.shards)
+        owed = self.owed
         while self._expiry and self._expiry[0][0] <= now:
             t, m = heapq.heappop(self._expiry)
             got = self.live.get(m)
             if got is None or got[2] != t:  # (an entry left behind)
                 continue
-            if len(answered) < n and any(k not in answered for k in self.shards_of(got[0])):
-                later.append((m, got))
-                continue
+            if len(answered) < n:
+                held = owed[m] if m in owed else self.shards_of(got[0])
+                left = frozenset(k for k in held if k not in answered)
+                if left:
+                    if owed.get(m) != left:
+                        owed[m] = left
+                        rnd.owed.append((m, left))
+                    later.append((m, got))
+                    continue
             del self.live[m]
             self.multi.pop(m, None)
+            owed.pop(m, None)
             out.append(m)
         for m, (msg, payload, _) in later:
             t = now + self.tick_s
             self.live[m] = (msg, payload, t)
             heapq.heappush(self._expiry, (t, m))
-        return out
 
 
 NO_EXPIRY = ([], np.zeros(0, np.int64), np.zeros(0, np.int32))

@@ -22,6 +22,9 @@ Keys (``{ns}`` is ``Settings.namespace``)::
                              expired (a restart stores them in the shards again)
     {ns}:pos         hash    moving subscription id -> ``<dd`` lon, lat: its centre after its
                              last move (a restart puts it there)
+    {ns}:owed        hash    message id -> the shards ("," -joined) that still hold a stored
+                             message past its expiry which its other shards expired while
+                             these were down (``Engine.owed``: a restart stores it only there)
     {ns}:outage:{k}  hash    shard k's outage record: what it missed while it was down and
                              has not yet been told again (``coordinator.outages``)
 
@@ -31,8 +34,11 @@ printable, so "\\n" id "\\n" finds exactly one); ``DOFF`` u32 per subscription: 
 "\\n" in DIR; ``SREC`` per subscription ``<QQII``: prev round (0: none), first sequence, count,
 index of its first delivery; ``KIND`` u8 and ``MIDX`` u32 per delivery (grouped by
 subscription); ``MOFF`` u32 x (messages + 1); ``MSGS`` per message ``<H`` id length, id, then
-its payload (a serialized Message; empty for a message only REMOVEd); ``PUB``: the client-given
-ids of the round's publishes, "\\n"-joined, and ``PUBN`` u32 matched per id (``Dedupe``).
+its payload (a serialized Message; empty for a message only REMOVEd); ``CUT`` (only when the
+round unsubscribed someone): ``<I`` count, ``<Q`` per id the last sequence its unsubscribe left
+(``Slots.floor``), the ids "\\n"-joined; ``PUB``: the client-given ids of the round's
+publishes, "\\n"-joined, and ``PUBN`` u32 matched per id (``Dedupe``). ``WALK_SCRIPT`` reads
+only up to MSGS.
 """
 
 from __future__ import annotations
@@ -65,7 +71,7 @@ APPEND_SCRIPT = (
 local n = ARGV[1]
 redis.call('SET', ARGV[2] .. n, ARGV[3], 'EX', ARGV[4])
 redis.call('SET', ARGV[5], n)
-local i = 9
+local i = 10
 local function each(cmd, key, width)
   local stop = i + 1 + width * tonumber(ARGV[i])
   i = i + 1
@@ -77,8 +83,12 @@ local function each(cmd, key, width)
 end
 each('HSET', ARGV[6], 2)
 each('HSET', ARGV[7], 2)
+local gone = i
 each('HDEL', ARGV[7], 1)
+i = gone
+each('HDEL', ARGV[9], 1)
 each('HSET', ARGV[8], 2)
+each('HSET', ARGV[9], 2)
 local function per_key(cmd, width)
   local stop = i + 1 + width * tonumber(ARGV[i])
   i = i + 1
@@ -107,9 +117,10 @@ end
 return 1
 """
 ).encode()
-"""ARGV: round, blob prefix, blob, ttl, round_hi key, lease key, live key, position key; then
-seven groups, each a count and its items: leases (id, sequence), live messages stored (id,
-``<d`` expiry + payload), live messages expired (id), positions (id, ``<dd`` lon, lat), outage
+"""ARGV: round, blob prefix, blob, ttl, round_hi key, lease key, live key, position key, owed
+key; then eight groups, each a count and its items: leases (id, sequence), live messages stored
+(id, ``<d`` expiry + payload), live messages expired (id; their owed fields go too), positions
+(id, ``<dd`` lon, lat), owed (id, the shards "," -joined: ``Engine.owed``), outage
 records deleted (key), outage fields settled (key, field), outage fields noted (key, field,
 value; the first value kept, but a one-shot message's payload replaces an empty value); then the count of subscribe changes told, the subscription key
 prefix, the untold set, and their ids (``Metadata.unmark``); then the rounds to delete
@@ -204,7 +215,11 @@ class Recovered:
     positions: dict[str, tuple[float, float]] = field(default_factory=dict)
     rounds: list[tuple[int, float, int, list[str]]] = field(default_factory=list)
     published: dict[str, int] = field(default_factory=dict)
+    cuts: dict[str, int] = field(default_factory=dict)
+    """Each id's last unsubscribe in the log: the sequence it ended at (``Slots.floor``)."""
     last_round: int = 0
+    owed: dict[str, frozenset[int]] = field(default_factory=dict)
+    """Stored messages past their expiry -> the shards that had not expired them."""
     outages: dict[int, dict[bytes, bytes]] = field(default_factory=dict)
     """Shard -> its outage record (``coordinator.outages``), for the shards that had one."""
 
@@ -220,21 +235,33 @@ def encode_round(
     msgs: Sequence[bytes],
     pub_ids: Sequence[str] = (),
     pub_matched: Sequence[int] = (),
+    cuts: Sequence[tuple[str, int]] = (),
 ) -> bytes:
     """Round ``n``'s blob. ``dir_`` / ``doff``: the subscriptions' ids and their offsets
     (``directory_of``, or ``coordinator.slots.directory``); subscription i has record
     ``recs[i]`` (``SREC``) and the deliveries ``recs[i].start`` .. ``+ count`` of ``kinds`` /
-    ``midx``; ``msgs[k]`` is message k's ``<H`` id length, id and payload (``message_record``).
+    ``midx``; ``msgs[k]`` is message k's ``<H`` id length, id and payload (``message_record``);
+    ``cuts``: (id, last sequence) of each subscription the round unsubscribed.
 
     >>> recs = np.zeros(1, SREC); recs["first"] = 4; recs["count"] = 1
     >>> b = encode_round(7, 1.5, *directory_of([b"s"]), recs, np.zeros(1, np.uint8),
     ...                  np.zeros(1, np.uint32), [message_record("m", b"")])
     >>> decode_round(b).heads
     {'s': (7, 4)}
+    >>> b = encode_round(8, 2.0, *directory_of([]), np.zeros(0, SREC), np.zeros(0, np.uint8),
+    ...                  np.zeros(0, np.uint32), [], ["p"], [0], cuts=[("s", 4), ("t", 9)])
+    >>> d = decode_round(b); d.cuts, d.published
+    ({'s': 4, 't': 9}, {'p': 0})
     """
     moff = np.zeros(len(msgs) + 1, "<u4")
     np.cumsum(np.fromiter(map(len, msgs), np.uint32, count=len(msgs)), out=moff[1:])
     pub = "\n".join(pub_ids).encode()
+    cut = (
+        struct.pack(f"<I{len(cuts)}Q", len(cuts), *(q for _, q in cuts))
+        + "\n".join(sid for sid, _ in cuts).encode()
+        if cuts
+        else b""
+    )
     return b"".join(
         (
             HEAD.pack(
@@ -247,6 +274,7 @@ def encode_round(
             midx.astype("<u4", copy=False).tobytes(),
             moff.tobytes(),
             *msgs,
+            cut,
             pub,
             np.asarray(pub_matched, "<u4").tobytes(),
         )
@@ -277,11 +305,13 @@ class Decoded:
     heads: dict[str, tuple[int, int]]
     """Each subscription's (round, last sequence) in this round."""
     published: dict[str, int]
+    cuts: dict[str, int]
+    """The subscriptions this round unsubscribed: the last sequence each had."""
 
 
 def decode_round(blob: bytes) -> Decoded:
     """The parts of a blob that recovery needs (``RoundLog.recover``)."""
-    magic, n, t, nsubs, ndel, _, dirlen, npub, publen = HEAD.unpack_from(blob)
+    magic, n, t, nsubs, ndel, nmsg, dirlen, npub, publen = HEAD.unpack_from(blob)
     if magic != MAGIC:
         raise ValueError(f"not a round blob (magic {magic!r})")
     at = HEAD.size
@@ -290,12 +320,20 @@ def decode_round(blob: bytes) -> Decoded:
     recs = np.frombuffer(blob, SREC, nsubs, at)
     last = (recs["first"] + recs["count"] - 1).tolist()
     heads = {sid: (n, q) for sid, q in zip(ids, last, strict=True)}
+    moff = at + 24 * nsubs + 5 * ndel
+    cut0 = moff + 4 * (nmsg + 1) + struct.unpack_from("<I", blob, moff + 4 * nmsg)[0]
+    cut1 = len(blob) - publen - 4 * npub
+    cuts: dict[str, int] = {}
+    if cut1 > cut0:  # (blobs written before CUT existed have none)
+        (k,) = struct.unpack_from("<I", blob, cut0)
+        qs = struct.unpack_from(f"<{k}Q", blob, cut0 + 4)
+        cuts = dict(zip(blob[cut0 + 4 + 8 * k : cut1].decode().split("\n"), qs, strict=True))
     published: dict[str, int] = {}
     if npub:
         pub = blob[len(blob) - publen - 4 * npub : len(blob) - 4 * npub]
         matched = np.frombuffer(blob, "<u4", npub, len(blob) - 4 * npub).tolist()
         published = dict(zip(pub.decode().split("\n"), matched, strict=True))
-    return Decoded(n, t, heads, published)
+    return Decoded(n, t, heads, published, cuts)
 
 
 def parse_record(rec: bytes) -> list[Entry]:
@@ -335,6 +373,7 @@ class RoundLog:
         self.lease_key = md.key("lease").encode()
         self.live_key = md.key("live").encode()
         self.pos_key = md.pos_key.encode()
+        self.owed_key = md.key("owed").encode()
         self.outage_prefix = md.key("outage", "").encode()
         self.sub_prefix = md.key("sub", "").encode()
         self.untold_key = md.untold_key.encode()
@@ -362,14 +401,15 @@ class RoundLog:
             Sequence[int], Sequence[tuple[int, bytes]], Sequence[tuple[int, bytes, bytes]]
         ] = ((), (), ()),
         told: Sequence[str] = (),
+        owed: Sequence[tuple[bytes, bytes]] = (),
     ) -> list[str]:
         """Write round ``n``: its blob, ``leases`` (id, highest sequence of an ephemeral
         subscription), the messages it stored (id, ``<d`` expiry + payload) and expired (id),
         the positions it moved subscriptions to (id, ``<dd`` lon, lat), the changes of the
         shards' outage records (shards whose record is deleted, (shard, field) deleted,
         (shard, field, value) added), the subscriptions whose change it tells (one each,
-        ``Metadata.unmark``); the oldest rounds past the budgets are deleted in the
-        same call. Returns the client ids of the rounds dropped (their duplicates are no
+        ``Metadata.unmark``), the messages whose owed shards changed (id, shards); the oldest
+        rounds past the budgets are deleted in the same call. Returns the client ids of the rounds dropped (their duplicates are no
         longer detected)."""
         self.kept.append((n, t, len(blob), pub_ids))
         self.bytes += len(blob)
@@ -389,6 +429,7 @@ class RoundLog:
             self.lease_key,
             self.live_key,
             self.pos_key,
+            self.owed_key,
             b"%d" % len(leases),
         ]
         for k, q in leases:
@@ -400,6 +441,9 @@ class RoundLog:
         args += expired
         args.append(b"%d" % len(moved))
         for k, v in moved:
+            args += (k, v)
+        args.append(b"%d" % len(owed))
+        for k, v in owed:
             args += (k, v)
         reset, settled, noted = outages
         key = self.outage_key
@@ -503,6 +547,8 @@ class RoundLog:
                 d = decode_round(blob)
                 for sid, head in d.heads.items():
                     got.heads.setdefault(sid, head)
+                for sid, q in d.cuts.items():
+                    got.cuts.setdefault(sid, q)
                 for mid, matched in d.published.items():
                     got.published.setdefault(mid, matched)
                 got.rounds.append((d.n, d.time, len(blob), list(d.published)))
@@ -518,6 +564,10 @@ class RoundLog:
             for v in (await self.md.hgetall(self.live_key)).values()
         ]
         got.positions = await self.positions()
+        got.owed = {
+            k.decode(): frozenset(int(x) for x in v.split(b","))
+            for k, v in (await self.md.hgetall(self.owed_key)).items()
+        }
         for k in range(shards):
             fields = await self.md.hgetall(self.outage_key(k))
             if fields:

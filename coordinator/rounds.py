@@ -39,6 +39,9 @@ class Round:
     """Messages stored by the round (ttl > 0): id, expiry, payload."""
     expired: list[str] = field(default_factory=list)
     """Stored messages the round expired."""
+    owed: list[tuple[str, frozenset[int]]] = field(default_factory=list)
+    """Stored messages past their expiry that some shards did not expire yet (down): the
+    shards that still hold them, as changed by the round (``Engine.owed``)."""
     moved: list[tuple[str, float, float]] = field(default_factory=list)
     """Where the round put moving subscriptions: subscription id, lon, lat (the new centre of
     a move, or of a moving subscription registered anew)."""

@@ -134,13 +134,13 @@ class Coordinator:
         mp = pb.Message.FromString(payload)
         return from_proto_message(mp, default_id=mp.id, field="live"), payload, expiry
 
-    async def _load(self, shards: list[ShardHandle], live=(), positions=None) -> int:
+    async def _load(self, shards: list[ShardHandle], live=(), positions=None, owed=None) -> int:
         """Read the subscriptions, the ephemeral set and the partition map from Redis, bulk-load
         every shard and start a fresh engine over ``shards``. Returns the subscriptions."""
         with loading():  # (no garbage collection until its end: shard.heap)
-            return await self._load_all(shards, live, positions)
+            return await self._load_all(shards, live, positions, owed or {})
 
-    async def _load_all(self, shards: list[ShardHandle], live, positions) -> int:
+    async def _load_all(self, shards: list[ShardHandle], live, positions, owed) -> int:
         s = self.settings
         subs: list[Subscription] = []
         async for batch in self.md.iter_subscriptions():
@@ -174,7 +174,7 @@ class Coordinator:
         recovery = self.engine.recovery
         replayed, skip = list(live), {}
         if got is not None:
-            self.slots.restore(got.heads, got.leases)
+            self.slots.restore(got.heads, got.leases, got.cuts)
             self.dedupe.restore(got.published)
             self._recovered = True
             log.info(
@@ -184,6 +184,7 @@ class Coordinator:
                 len(got.heads),
             )
             replayed = [self._live_entry(p, e) for p, e in got.live]
+            owed = got.owed
             records = got.outages
             if rebuilt:  # other shards than the records speak of: dropped
                 for k in records:
@@ -199,6 +200,8 @@ class Coordinator:
                     self.engine.placement,
                 )
                 await self.log.adopt(extra, list(untold))
+                # new ones: what their ids were given before is an earlier subscription's
+                self.deliveries.cut(sid for sid, told in untold.items() if told is None)
                 for k, rec in extra.items():
                     records[k] = {**rec, **records.get(k, {})}
             if records:  # shards down, or changes untold, when the coordinator before died
@@ -220,6 +223,8 @@ class Coordinator:
                 recovery.failed(k, result, recovery.restarted.pop(k, ([], {}))[0])
             elif isinstance(result, BaseException):
                 raise result
+        # a message past its expiry goes back only where it was not expired yet
+        self.engine.owed = {e[0].id: owed[e[0].id] for e in replayed if e[0].id in owed}
         self.engine.start()
         # what shards missed before a crash, with deliveries, after (queued first) the live
         # messages going back into the shards without deliveries: from the log at start, from
@@ -246,7 +251,9 @@ class Coordinator:
             old = self.engine
             await old.stop()
             await self.deliveries.drain()  # every round written: the positions are current
-            n = await self._load(old.shards, list(old.live.values()), await self.log.positions())
+            n = await self._load(
+                old.shards, list(old.live.values()), await self.log.positions(), old.owed
+            )
             log.info("reloaded %d subscriptions", n)
             return n
 

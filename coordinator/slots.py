@@ -12,7 +12,9 @@ gone through the delivery stage (``release``); a freed slot is reused, its state
 
 Numbering never goes back: a subscription placed again (after an unsubscribe, or a restart)
 continues from the sequence it had (``bases``), and a new one starts at 0; its chain in the
-retention log (``head``) starts afresh when it is placed anew.
+retention log (``head``) starts afresh when it is placed anew. An id unsubscribed and subscribed
+again is a new subscription: the sequence its unsubscribe ended at is its ``floor``, and what
+was numbered up to it (the old subscription's deliveries) is never read back to it.
 
 >>> t = Slots()
 >>> t.slot("a"), t.slot("b"), t.slot("a")
@@ -52,6 +54,13 @@ class Slots:
         """The last sequence number given to each slot's deliveries."""
         self.head = np.zeros(capacity, np.int64)
         """The round of the slot's newest record in the retention log (0: none)."""
+        self.floor = np.zeros(capacity, np.int64)
+        """The last sequence number of an earlier subscription under the slot's id (the one
+        it had when that subscription was unsubscribed; 0: none)."""
+        self.epoch = np.zeros(capacity, np.int64)
+        """Which subscription under the slot's id this is: a number given out anew (``new_epoch``)
+        when the slot is taken and when its subscription is unsubscribed (a stream follows one)."""
+        self._epochs = 0
         self.lease = np.zeros(capacity, np.int64)
         """The highest sequence an ephemeral slot may reach before its lease is extended in
         Redis (``coordinator.retention``)."""
@@ -83,12 +92,17 @@ class Slots:
                 self._grow(2 * s)
         self.slot_of[sub_id] = s
         self._pool_put(s, sub_id.encode())
-        self.seq[s] = self.lease[s] = self.bases.pop(sub_id, 0)
+        self.seq[s] = self.lease[s] = self.floor[s] = self.bases.pop(sub_id, 0)
         self.head[s] = 0
+        self.epoch[s] = self.new_epoch()
         self.durable[s] = sub_id not in self.ephemeral
         self.followed[s] = sub_id in self.followed_ids
         self.refreshed[s] = -np.inf
         return s
+
+    def new_epoch(self) -> int:
+        self._epochs += 1
+        return self._epochs
 
     def release(self, sub_id: str) -> None:
         s = self.slot_of.pop(sub_id, None)
@@ -137,10 +151,23 @@ class Slots:
             end += n
         self.pool, self._pool_end, self._pool_dead = pool, end, 0
 
-    def restore(self, heads: dict[str, tuple[int, int]], leases: dict[str, int]) -> None:
+    def restore(
+        self,
+        heads: dict[str, tuple[int, int]],
+        leases: dict[str, int],
+        cuts: dict[str, int] | None = None,
+    ) -> None:
         """Continue every subscription's numbering and log chain from what the retention log
-        held at start: (newest round, last sequence) and the ephemeral leases."""
+        held at start: (newest round, last sequence), the ephemeral leases and where the last
+        unsubscribe of each id ended (``cuts``: its floor, if the id is placed again)."""
         slot_of = self.slot_of
+        for sid, q in (cuts or {}).items():
+            s = slot_of.get(sid)
+            if s is None:
+                self.bases[sid] = max(q, self.bases.get(sid, 0))
+            else:
+                self.floor[s] = max(self.floor[s], q)
+                self.seq[s] = max(self.seq[s], q)
         for sid, (round_, seq) in heads.items():
             s = slot_of.get(sid)
             if s is None:
@@ -177,6 +204,8 @@ class Slots:
         for name, fill in (
             ("seq", 0),
             ("head", 0),
+            ("floor", 0),
+            ("epoch", 0),
             ("lease", 0),
             ("poff", 0),
             ("plen", 0),

@@ -276,3 +276,62 @@ def test_a_one_shot_message_cut_short_reaches_the_down_shard_after_a_crash(redis
                 await node.__aexit__(None, None, None)
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("back_first", [False, True])
+def test_a_message_expired_on_one_shard_while_its_other_is_down_is_removed_once_after_a_crash(
+    redis_url, back_first
+):
+    """A stored message over both shards expires while one is down: the other's subscriber
+    gets its REMOVE, the down one's waits for its shard. The coordinator is killed (the shard
+    back before the next one starts, or after); the next one stores the message again only in
+    the shard that had not expired it: each subscriber gets exactly one REMOVE."""
+    settings = _settings(redis_url, uuid.uuid4().hex, shards=2)
+    near = Subscription("near", (("a",),), Rect(-9, -9, -8, -8))
+    far = Subscription("far", (("a",),), Rect(8, 8, 9, 9))
+    brief = Message("brief", ("a",), Rect(-8.5, -8.5, 8.5, 8.5), ttl=1.0)
+    once = [(pb.Delivery.ADD, "brief"), (pb.Delivery.REMOVE, "brief")]
+
+    async def shape(stub, sid):
+        return [(d.kind, d.message.id) for d in await _stream(stub, sid)]
+
+    async def main():
+        SwitchedShard.down = set()
+        node = Node(settings, SwitchedShard)
+        await node.__aenter__()
+        try:
+            for s in (near, far):
+                await node.stub.Subscribe(
+                    pb.SubscribeRequest(subscription=to_proto_subscription(s))
+                )
+            assert node.app.engine.placement == {"near": (0,), "far": (1,)}
+            pub = await node.stub.Publish(pb.PublishRequest(message=to_proto_message(brief)))
+            assert pub.matched == 2
+            SwitchedShard.down = {1}
+            for _ in range(40):  # until shard 0 expires it
+                if await shape(node.stub, "near") == once:
+                    break
+            assert await shape(node.stub, "near") == once
+            assert await shape(node.stub, "far") == once[:1]
+            assert node.app.engine.owed == {"brief": frozenset({1})}
+            await node.crash()
+            if back_first:
+                SwitchedShard.down = set()
+            node = Node(settings, SwitchedShard)
+            await node.__aenter__()
+            SwitchedShard.down = set()
+            await settled(node.app.engine, step=0.01, tries=1500)
+            await asyncio.sleep(1.0)
+            await settled(node.app.engine, step=0.01, tries=1500)
+            assert {s: await shape(node.stub, s) for s in ("near", "far")} == {
+                "near": once,
+                "far": once,
+            }
+            assert "brief" not in node.app.engine.live and node.app.engine.owed == {}
+            assert await node.app.md.hgetall(node.app.log.owed_key) == {}
+        finally:
+            SwitchedShard.down = set()
+            if not node.crashed:
+                await node.__aexit__(None, None, None)
+
+    asyncio.run(main())

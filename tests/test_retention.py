@@ -329,6 +329,53 @@ def test_a_resume_from_before_what_is_retained_starts_with_a_gap(redis_url):
     asyncio.run(main())
 
 
+async def _drain(call) -> list[pb.Delivery]:
+    """What an open stream gives until it ends (5 s at most)."""
+    out = []
+    while (d := await asyncio.wait_for(call.read(), 5)) is not grpc.aio.EOF:
+        out.append(d)
+    return out
+
+
+@pytest.mark.parametrize("at_once", [False, True])
+def test_an_id_subscribed_again_is_a_new_subscription_to_its_stream(redis_url, at_once):
+    """An id unsubscribed and subscribed again: its stream from 0 shows the earlier
+    subscription's deliveries as a GAP (numbers go on, never repeat), the earlier one's open
+    stream ends at its unsubscribe, and both hold after a crash, before the new subscription
+    has a delivery of its own and after. ``at_once``: the Unsubscribe and the Subscribe are sent
+    together (the same round, or the Subscribe's before the Unsubscribe's is delivered)."""
+    ns = uuid.uuid4().hex
+
+    async def main():
+        async with Node(_settings(redis_url, ns)) as a:
+            await a.stub.Subscribe(_sub("r"))
+            for i in range(2):
+                await _publish(a.stub, f"m{i}")
+            call = a.stub.StreamResults(pb.StreamResultsRequest(id="r", after_sequence=0))
+            await asyncio.sleep(0.2)
+            if at_once:
+                u = asyncio.ensure_future(a.stub.Unsubscribe(pb.UnsubscribeRequest(id="r")))
+                await asyncio.sleep(0)
+                await asyncio.gather(u, a.stub.Subscribe(_sub("r")))
+            else:
+                await a.stub.Unsubscribe(pb.UnsubscribeRequest(id="r"))
+            assert _shape(await _drain(call)) == [(1, "m0"), (2, "m1")]
+            if not at_once:
+                await a.stub.Subscribe(_sub("r"))
+            assert _shape(await _read(a.stub, "r")) == [("gap", 1, 2)]
+            await a.crash()  # the new subscription has no delivery yet
+        async with Node(_settings(redis_url, ns)) as b:
+            assert _shape(await _read(b.stub, "r")) == [("gap", 1, 2)]
+            await _publish(b.stub, "n")
+            assert _shape(await _read(b.stub, "r")) == [("gap", 1, 2), (3, "n")]
+            assert _shape(await _read(b.stub, "r", after=1)) == [("gap", 2, 2), (3, "n")]
+            await b.crash()
+        async with Node(_settings(redis_url, ns)) as c:
+            assert _shape(await _read(c.stub, "r")) == [("gap", 1, 2), (3, "n")]
+
+    asyncio.run(main())
+
+
 def test_the_python_client_surfaces_a_gap(redis_url):
     from geopubsub.client import GeoPubSubClient
 
