@@ -12,9 +12,11 @@ due to its receipt), and the moving subscriptions random-walking over LocationSt
 Every ``--sample-every`` s it reads from /proc the resident set size of every process of the
 cluster: the coordinator, each shard actor, redis-server, the supervisor. After ``--warmup`` s
 each must stay within ±``--tolerance`` of its value at the end of the warm-up (``rss_flat``; a
-process replaced or appearing later is not flat either). Prints publish->delivery p50 / p99 and
-the RSS of each process per minute, and the verdict (``--json``: one JSON object). Exit code 1 if
-an RSS is not flat; the cluster it started is stopped, on error and Ctrl-C too.
+process replaced or appearing later is not flat either). The publish->delivery p99 of every whole
+minute after the warm-up must stay within ``--p99-spread`` times their median (``p99_steady``: no
+minute spikes). Prints publish->delivery p50 / p99 and the RSS of each process per minute, and
+the verdicts (``--json``: one JSON object). Exit code 1 if an RSS is not flat or the p99 is not
+steady; the cluster it started is stopped, on error and Ctrl-C too.
 """
 
 from __future__ import annotations
@@ -167,6 +169,40 @@ class PerMinute:
         ]
 
 
+def p99_steady(minutes: Sequence[dict[str, Any]], warmup_s: float, spread: float) -> dict:
+    """Whether the p99 of every minute that starts at or after ``warmup_s`` is at most
+    ``spread`` times the median of those minutes' p99 (steady when there is none to judge).
+
+    >>> rows = [{"minute": m, "p99_ms": p} for m, p in enumerate([600, 110, 160, 140, 150], 1)]
+    >>> v = p99_steady(rows, 120, 2.0); v["steady"], v["median_ms"], v["worst_minute"]
+    (True, 150, 3)
+    >>> p99_steady(rows + [{"minute": 6, "p99_ms": 434}], 120, 2.0)["steady"]
+    False
+    """
+    after = [r for r in minutes if (r["minute"] - 1) * MINUTE_S >= warmup_s and r["p99_ms"]]
+    if not after:
+        return {
+            "steady": True,
+            "minutes": 0,
+            "median_ms": None,
+            "max_ms": None,
+            "worst_minute": None,
+            "spread": spread,
+        }
+    p99s = sorted(r["p99_ms"] for r in after)
+    k = len(p99s)
+    median = p99s[k // 2] if k % 2 else (p99s[k // 2 - 1] + p99s[k // 2]) / 2
+    worst = max(after, key=lambda r: r["p99_ms"])
+    return {
+        "steady": worst["p99_ms"] <= spread * median,
+        "minutes": k,
+        "median_ms": median,
+        "max_ms": worst["p99_ms"],
+        "worst_minute": worst["minute"],
+        "spread": spread,
+    }
+
+
 # ---- the run ------------------------------------------------------------------------------------
 @dataclass
 class SoakResult:
@@ -293,6 +329,7 @@ def report(res: SoakResult, verdict: dict, reg: dict | None, n_subs: int, args) 
         "rss": verdict,
         "rss_samples": [asdict(s) for s in res.samples],
         "flat": verdict["flat"],
+        "p99_steady": p99_steady(res.minutes, args.warmup, args.p99_spread),
     }
 
 
@@ -329,6 +366,15 @@ def print_report(r: dict, out) -> None:
             )
         else:
             lines.append(f"    {name:14s} {p['note']}  NOT FLAT")
+    q = r["p99_steady"]
+    if q["minutes"]:
+        lines.append(
+            f"  p99 of the {q['minutes']} minutes after the warm-up: median {q['median_ms']:.1f} ms,"
+            f" worst {q['max_ms']:.1f} ms (minute {q['worst_minute']}), within {q['spread']:g}x"
+            f" the median: {'STEADY' if q['steady'] else 'NOT STEADY'}"
+        )
+    else:
+        lines.append("  p99 per minute: no whole minute after the warm-up to judge")
     print("\n".join(lines), file=out)
 
 
@@ -366,13 +412,19 @@ def register(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup", type=float, default=120.0, help="seconds before RSS must be flat")
     p.add_argument("--sample-every", type=float, default=10.0, help="seconds between samples")
     p.add_argument("--tolerance", type=float, default=0.10, help="RSS band after the warm-up")
+    p.add_argument(
+        "--p99-spread",
+        type=float,
+        default=2.0,
+        help="a minute's p99 after the warm-up may be at most this times their median",
+    )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(func=run)
 
 
 def _validate(args) -> None:
-    for name in ("duration", "rate", "ttl", "sample_every", "tolerance"):
+    for name in ("duration", "rate", "ttl", "sample_every", "tolerance", "p99_spread"):
         if not getattr(args, name) > 0:
             raise ValidationError(f"--{name.replace('_', '-')}", getattr(args, name), "must be > 0")
     if not 0 <= args.warmup < args.duration - args.sample_every:
@@ -453,4 +505,4 @@ def run(args) -> int:
         print(json.dumps(r))
     else:
         print_report(r, sys.stdout)
-    return 0 if r["flat"] else 1
+    return 0 if r["flat"] and r["p99_steady"]["steady"] else 1

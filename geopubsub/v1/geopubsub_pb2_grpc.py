@@ -99,7 +99,11 @@ class GeoPubSubServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def Unsubscribe(self, request, context):
-        """Remove a subscription.
+        """Remove a subscription. Its open result streams end (OK) after its last delivery. An id
+        subscribed again afterwards is a new subscription: its sequence numbers go on from where
+        the old one's stopped (never repeated), and a stream of it from before that point gets
+        the old subscription's range as one GAP, then the new subscription's deliveries from an
+        empty result set.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -141,7 +145,8 @@ class GeoPubSubServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def StreamResults(self, request, context):
-        """A subscription's deliveries, resumable by sequence number; runs until the client cancels.
+        """A subscription's deliveries, resumable by sequence number; runs until the client cancels
+        or the subscription is unsubscribed.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
