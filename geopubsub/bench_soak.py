@@ -157,9 +157,32 @@ class PerMinute:
 
     started: float
     samples: dict[int, list[float]] = field(default_factory=dict)
+    seconds: dict[int, float] = field(default_factory=dict)
+    """The slowest delivery of each second (of due time), to find when a stall happened."""
 
     def add(self, due: float, latency: float) -> None:
         self.samples.setdefault(int((due - self.started) // MINUTE_S), []).append(latency)
+        sec = int(due - self.started)
+        if latency > self.seconds.get(sec, 0.0):
+            self.seconds[sec] = latency
+
+    def slowest(self, k: int = 5) -> list[dict[str, Any]]:
+        """The ``k`` seconds with the slowest delivery: second since the start, wall-clock
+        time (UTC; the due times are ``time.time()``), the slowest latency.
+
+        >>> pm = PerMinute(1000.0); pm.add(1001.5, 0.2); pm.add(1003.1, 0.9); pm.add(1003.2, 0.1)
+        >>> [(r["second"], r["max_ms"]) for r in pm.slowest(2)]
+        [(3, 900.0), (1, 200.0)]
+        """
+        top = sorted(self.seconds.items(), key=lambda x: -x[1])[:k]
+        return [
+            {
+                "second": sec,
+                "utc": time.strftime("%H:%M:%S", time.gmtime(self.started + sec)),
+                "max_ms": round(1000 * lat, 1),
+            }
+            for sec, lat in top
+        ]
 
     def table(self) -> list[dict[str, Any]]:
         from geopubsub.traffic import Latencies
@@ -213,6 +236,7 @@ class SoakResult:
     minutes: list[dict[str, Any]]
     samples: list[Sample]
     crowd_moves: int
+    slowest: list[dict[str, Any]] = field(default_factory=list)
 
 
 async def _sample_every(
@@ -300,6 +324,7 @@ async def run_traffic(target: str, processes: ClusterProcesses, subs, msgs, args
         per_minute.table(),
         samples,
         crowd.sent if crowd is not None else 0,
+        per_minute.slowest(),
     )
 
 
@@ -330,6 +355,7 @@ def report(res: SoakResult, verdict: dict, reg: dict | None, n_subs: int, args) 
         "rss_samples": [asdict(s) for s in res.samples],
         "flat": verdict["flat"],
         "p99_steady": p99_steady(res.minutes, args.warmup, args.p99_spread),
+        "slowest_seconds": res.slowest,
     }
 
 
@@ -375,6 +401,13 @@ def print_report(r: dict, out) -> None:
         )
     else:
         lines.append("  p99 per minute: no whole minute after the warm-up to judge")
+    if r["slowest_seconds"]:
+        lines.append(
+            "  slowest seconds (of due time; UTC): "
+            + ", ".join(
+                f"{x['second']} s ({x['utc']}) {x['max_ms']:,.0f} ms" for x in r["slowest_seconds"]
+            )
+        )
     print("\n".join(lines), file=out)
 
 

@@ -85,6 +85,7 @@ def test_bench_soak_samples_every_process_and_stops_its_cluster(tmp_path):
     ]
     assert r["published"] == 1600 and r["deliveries_timed"] > 0
     assert r["minutes"][0]["minute"] == 1 and r["minutes"][0]["p99_ms"] > 0
+    assert 0 < len(r["slowest_seconds"]) <= 5 and r["slowest_seconds"][0]["max_ms"] > 0
     names = set(r["rss"]["processes"])
     assert names == {"coordinator", "redis-server", "supervisor", "shard-actor-1", "shard-actor-2"}
     assert len(r["rss_samples"]) >= 8
@@ -109,3 +110,12 @@ def test_the_p99_is_steady_unless_a_minute_after_the_warm_up_spikes():
         "worst_minute": None,
         "spread": 2.0,
     }
+
+
+def test_the_slowest_seconds_name_when_a_stall_was():
+    pm = PerMinute(1_800_000_000.0)  # 2027-01-15 08:00:00 UTC
+    for i in range(400):
+        pm.add(pm.started + i * 0.2, 0.150 if 61 <= i * 0.2 < 62 else 0.010)
+    top = pm.slowest(2)
+    assert top[0] == {"second": 61, "utc": "08:01:01", "max_ms": 150.0}
+    assert top[1]["max_ms"] == 10.0 and len(top) == 2
