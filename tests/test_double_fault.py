@@ -250,29 +250,34 @@ def test_a_subscribe_cut_short_by_a_crash_is_told_after_the_restart(redis_url):
     asyncio.run(main())
 
 
+async def _near_and_far(settings) -> Node:
+    """A started node (every shard up) with subscription ``near`` on shard 0 and ``far`` on
+    shard 1, both of keyword "a"."""
+    SwitchedShard.down = set()
+    node = Node(settings, SwitchedShard)
+    await node.__aenter__()
+    for s in (
+        Subscription("near", (("a",),), Rect(-9, -9, -8, -8)),
+        Subscription("far", (("a",),), Rect(8, 8, 9, 9)),
+    ):
+        await node.stub.Subscribe(pb.SubscribeRequest(subscription=to_proto_subscription(s)))
+    assert node.app.engine.placement == {"near": (0,), "far": (1,)}
+    return node
+
+
 def test_a_one_shot_message_cut_short_reaches_the_down_shard_after_a_crash(redis_url):
     """A one-shot message over both shards while one is down: the other's subscriber gets it,
     the publish's retry is answered; the coordinator is killed before the shard is back. The
     next coordinator delivers it to the down shard's subscriber, and not again to the other."""
     settings = _settings(redis_url, uuid.uuid4().hex, shards=2)
-    near = Subscription("near", (("a",),), Rect(-9, -9, -8, -8))
-    far = Subscription("far", (("a",),), Rect(8, 8, 9, 9))
     req = pb.PublishRequest(
         message=to_proto_message(Message("once", ("a",), Rect(-8.5, -8.5, 8.5, 8.5)))
     )
 
     async def main():
-        SwitchedShard.down = set()
-        node = Node(settings, SwitchedShard)
-        await node.__aenter__()
+        node = await _near_and_far(settings)
         try:
-            for s in (near, far):
-                await node.stub.Subscribe(
-                    pb.SubscribeRequest(subscription=to_proto_subscription(s))
-                )
-            placement = node.app.engine.placement
-            assert placement == {"near": (0,), "far": (1,)}
-            SwitchedShard.down = set(placement["far"])
+            SwitchedShard.down = {1}
             with pytest.raises(grpc.aio.AioRpcError) as e:
                 await node.stub.Publish(req)
             assert e.value.code() == grpc.StatusCode.UNAVAILABLE
@@ -307,8 +312,6 @@ def test_a_message_expired_on_one_shard_while_its_other_is_down_is_removed_once_
     back before the next one starts, or after); the next one stores the message again only in
     the shard that had not expired it: each subscriber gets exactly one REMOVE."""
     settings = _settings(redis_url, uuid.uuid4().hex, shards=2)
-    near = Subscription("near", (("a",),), Rect(-9, -9, -8, -8))
-    far = Subscription("far", (("a",),), Rect(8, 8, 9, 9))
     brief = Message("brief", ("a",), Rect(-8.5, -8.5, 8.5, 8.5), ttl=1.0)
     once = [(pb.Delivery.ADD, "brief"), (pb.Delivery.REMOVE, "brief")]
 
@@ -316,15 +319,8 @@ def test_a_message_expired_on_one_shard_while_its_other_is_down_is_removed_once_
         return [(d.kind, d.message.id) for d in await _stream(stub, sid)]
 
     async def main():
-        SwitchedShard.down = set()
-        node = Node(settings, SwitchedShard)
-        await node.__aenter__()
+        node = await _near_and_far(settings)
         try:
-            for s in (near, far):
-                await node.stub.Subscribe(
-                    pb.SubscribeRequest(subscription=to_proto_subscription(s))
-                )
-            assert node.app.engine.placement == {"near": (0,), "far": (1,)}
             pub = await node.stub.Publish(pb.PublishRequest(message=to_proto_message(brief)))
             assert pub.matched == 2
             SwitchedShard.down = {1}
