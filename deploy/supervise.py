@@ -5,6 +5,9 @@ started again when they die (a crash, ``kill -9``, the OOM killer).
   brings back everything fsynced before the crash (``appendfsync everysec``: at most the last
   second of writes is lost). The coordinator's Redis client reconnects by itself; while Redis is
   away, calls that need it answer UNAVAILABLE and its health says NOT_SERVING.
+* **Redis's forks** (its AOF rewrites) are moved into an idle cpu cgroup within ``forks.WATCH_S``
+  of their start, where the machine allows it (``deploy.forks``): a rewrite then runs on CPU the
+  cluster leaves instead of taking a core from the coordinator and the shards for seconds.
 * **The coordinator** comes back with the same command line and the port it had bound (clients
   keep their address); it rebuilds the shards from Redis as at any start. What was left of the
   dead one's session (its local Ray) is stopped first.
@@ -37,7 +40,7 @@ from pathlib import Path
 from typing import TextIO
 
 from coordinator.settings import Settings
-from deploy import local
+from deploy import forks, local
 from deploy.processes import UNKNOWN_EXIT, alive, start_time, stop_session
 from deploy.redis_local import RedisServer
 from shard.errors import GeoPubSubError
@@ -75,6 +78,9 @@ class Supervisor:
             "coordinator": collections.deque(),
             "redis": collections.deque(),
         }
+        self.forks_group: Path | None = None
+        """The idle cpu cgroup Redis's children go to (None: not possible here)."""
+        self.forks_moved = 0
 
     def say(self, text: str) -> None:
         print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} supervisor: {text}", file=self.out, flush=True)
@@ -83,12 +89,28 @@ class Supervisor:
         """Supervise until ``stopping`` is set (0), the coordinator is stopped on purpose (0, in
         the foreground), or, in the foreground, the supervisor gives up on a process (1). A
         detached supervisor that gave up goes on watching what is left."""
+        if self.cluster.redis is not None:
+            self.forks_group, how = forks.forks_group()
+            if self.forks_group is None:
+                self.say(f"Redis's AOF rewrites run at normal CPU priority: {how}")
+            else:
+                self.say(f"Redis's AOF rewrites run in the cpu cgroup {self.forks_group} ({how})")
+                threading.Thread(target=self._watch_forks, daemon=True).start()
         while not self.stopping.is_set():
             verdict = self.step()
             if verdict is not None and not self.detached:
                 return verdict
             self.stopping.wait(POLL_S)
         return 0
+
+    def _watch_forks(self) -> None:
+        """Move every new child of the private redis-server into ``forks_group``."""
+        moved: set[int] = set()
+        while not self.stopping.wait(forks.WATCH_S):
+            redis_server = self.cluster.redis
+            if redis_server is not None and redis_server.process is not None:
+                pid = redis_server.pid
+                self.forks_moved += len(forks.move_children(pid, self.forks_group, moved))
 
     def step(self) -> int | None:
         """One look at the processes; restarts what died. None while all is well, else the

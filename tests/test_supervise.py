@@ -183,6 +183,8 @@ def test_a_detached_cluster_survives_kill_9_of_its_coordinator_and_its_redis(tmp
         assert status.stdout.count(", restarts 1") == 2, status.stdout
         assert f"supervisor pid {supervisor['pid']} running" in status.stdout
         assert "health: redis SERVING, shard 0 SERVING, shard 1 SERVING\n" in status.stdout
+        log = (tmp_path / local.SUPERVISOR_LOG).read_text()
+        assert "Redis's AOF rewrites run in the cpu cgroup" in log, log  # (deploy.forks)
         last = local.read_manifest(tmp_path)
     finally:
         down = geopubsub("down", timeout=180)
