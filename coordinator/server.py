@@ -20,6 +20,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from coordinator.access import Access, AuthInterceptor, check_owned
 from coordinator.convert import (
     MAX_MOVE_BATCH,
     from_proto_location_request,
@@ -116,6 +117,8 @@ class Coordinator:
         self._health_now: dict[str, int] = {}
         """The status last set per health service name."""
         self._loop_failed = False
+        self.access: Access | None = None
+        """Token checks (``create_server`` sets it when ``Settings.auth_on``)."""
 
     async def start(self) -> None:
         """Connect to Redis, load or build the partition map, rebuild every shard from the
@@ -319,6 +322,8 @@ class Coordinator:
             await self.engine.stop()
         await self.deliveries.drain()
         await self.md.close()
+        if self.access is not None:
+            await self.access.stop()
         if self.engine is not None:
             for shard in self.engine.shards:
                 close = getattr(shard, "close", None)  # a RayShard's channel
@@ -400,6 +405,7 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
     @grpc_errors
     async def Subscribe(self, request, context):
         subs, ephemeral, batch = from_proto_subscribe_request(request)
+        check_owned("subscriptions[{i}].id" if batch else "subscription.id", (s.id for s in subs))
         self.app.deliveries.check_writable()
         # Redis first (the source of truth), the batch in one transaction: a call that times
         # out while its round still applies it must not leave a subscription a restart forgets
@@ -431,7 +437,8 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
 
     @grpc_errors
     async def Unsubscribe(self, request, context):
-        ids, _ = from_proto_unsubscribe_request(request)
+        ids, batch = from_proto_unsubscribe_request(request)
+        check_owned("ids[{i}]" if batch else "id", ids)
         futs = self.engine.unsubscribe_many(ids)  # NotFoundError before anything changes
         await self.app.md.delete_subscriptions(ids)
         limit, why = self.app.settings.deadline_s, self.app.stalled
@@ -443,7 +450,8 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
 
     @grpc_errors
     async def GetSubscription(self, request, context):
-        sub = self.engine.subs.get(validate_id("id", request.id))
+        check_owned("id", [validate_id("id", request.id)])
+        sub = self.engine.subs.get(request.id)
         if sub is None:
             raise NotFoundError("subscription", request.id)
         out = to_proto_subscription(sub)
@@ -539,6 +547,7 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
     def _submit_moves(self, request: pb.UpdateLocationRequest) -> list[asyncio.Future]:
         """Validate an UpdateLocationRequest whole, then hand its move(s) to the engine."""
         moves, fields = from_proto_location_request(request, MAX_MOVE_BATCH)
+        check_owned("moves[{i}].id" if request.moves else "id", (m[0] for m in moves))
         self.app.deliveries.check_writable()
         return self.engine.move_many(moves, fields)  # (positions are written with the round)
 
@@ -563,7 +572,8 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
 
     @grpc_errors
     async def StreamResults(self, request, context):
-        if validate_id("id", request.id) not in self.engine.subs:
+        check_owned("id", [validate_id("id", request.id)])
+        if request.id not in self.engine.subs:
             raise NotFoundError("subscription", request.id)
         async for d in self.app.deliveries.stream(request.id, request.after_sequence):
             yield d
@@ -674,7 +684,14 @@ async def create_server(
     port); health (SERVING once the shards are loaded) and reflection on. Returns (server, port,
     coordinator); stop with ``await stop_server(server, coordinator)``."""
     app = Coordinator(settings, shard_factory, clock=clock)
-    server = grpc.aio.server()
+    interceptors = []
+    if settings.auth_on:
+        app.access = Access(
+            settings.redis_url, settings.namespace, timeout_s=settings.deadline_s, clock=clock
+        )
+        await app.access.start()
+        interceptors.append(AuthInterceptor(app.access))
+    server = grpc.aio.server(interceptors=interceptors)
     add_service(GeoPubSubService(app), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

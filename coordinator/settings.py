@@ -13,7 +13,7 @@ import dataclasses
 import ipaddress
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -102,10 +102,14 @@ class Settings:
     tls_client_ca: str = ""
     """PEM CA certificate(s): mutual TLS, every client must present a certificate it signed
     (the launcher's own health checks use ``client_cert`` / ``client_key``)."""
+    auth: str = "auto"
+    """Bearer tokens on every call but health (``coordinator.access``; make them with
+    ``geopubsub token create``): "on", "off", or "auto" (on unless ``host`` is a loopback
+    address, so that local runs need no token)."""
     insecure: bool = False
-    """Allow serving a non-loopback ``host`` without TLS (anyone who reaches the port can then read
-    and change every subscription, a moving one's location included). Without it such a start is
-    refused."""
+    """Allow serving a non-loopback ``host`` without TLS or without auth (anyone who reaches the
+    port can then read and change every subscription, a moving one's location included).
+    Without it such a start is refused."""
     ca: str = ""
     """Client side: the PEM CA certificate(s) a client trusts for the coordinator's certificate
     (default for the local cluster: the one ``tls = "auto"`` made)."""
@@ -113,6 +117,9 @@ class Settings:
     """Client side: the PEM certificate a client presents under mutual TLS."""
     client_key: str = ""
     """Client side: its private key."""
+    token: str = field(default="", repr=False)
+    """Client side: the bearer token a client sends (``GEOPUBSUB_TOKEN``; never logged, and
+    sent only over TLS or to a loopback address)."""
 
     def __post_init__(self) -> None:
         _check(self.shards >= 1 and self.shards <= 1024, "shards", self.shards, "1..1024")
@@ -169,13 +176,14 @@ class Settings:
             'given with TLS on (tls = "auto", or tls_cert and tls_key)',
         )
         _check_pair(self, "client_cert", "client_key")
+        _check(self.auth in ("auto", "on", "off"), "auth", self.auth, '"auto", "on" or "off"')
         _check(
-            self.tls_on or self.insecure or _loopback(self.host),
+            (self.tls_on and self.auth_on) or self.insecure or _loopback(self.host),
             "host",
             self.host,
-            "a loopback address unless TLS is on (tls, or tls_cert and tls_key): anyone who "
-            "reaches the port could read and change every subscription; insecure = true "
-            "accepts that",
+            "a loopback address unless TLS (tls, or tls_cert and tls_key) and auth are on: "
+            "anyone who reaches the port could read and change every subscription; insecure = "
+            "true accepts that",
         )
         _check(
             self.redis_fsync in ("always", "everysec", "no"),
@@ -183,6 +191,11 @@ class Settings:
             self.redis_fsync,
             '"always", "everysec" or "no"',
         )
+
+    @property
+    def auth_on(self) -> bool:
+        """Whether every call but health needs a bearer token."""
+        return self.auth == "on" or (self.auth == "auto" and not _loopback(self.host))
 
     @property
     def tls_on(self) -> bool:

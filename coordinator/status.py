@@ -26,7 +26,9 @@ from shard.errors import (
     GeoPubSubError,
     NotFoundError,
     OverloadedError,
+    PermissionDeniedError,
     StoreFullError,
+    UnauthenticatedError,
     UnavailableError,
     ValidationError,
 )
@@ -39,6 +41,8 @@ STATUS_CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (StoreFullError, grpc.StatusCode.RESOURCE_EXHAUSTED),  # an UnavailableError: before it
     (UnavailableError, grpc.StatusCode.UNAVAILABLE),
     (OverloadedError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (UnauthenticatedError, grpc.StatusCode.UNAUTHENTICATED),
+    (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
     # A wait bounded by the call's deadline (asyncio.timeout(context.time_remaining())) ran out.
     (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
 )

@@ -181,10 +181,18 @@ def _toml_value(value: Any) -> str:
     return json.dumps(str(value))  # a JSON string is a valid TOML basic string
 
 
+CLIENT_SECRETS = ("token",)
+"""Settings of a client that the coordinator's file does not keep."""
+
+
 def write_settings(settings: Settings, path: Path) -> None:
     """Write every field of ``settings`` as TOML for ``--config`` (read back: ``Settings.load``)."""
     lines = ["# Written by `geopubsub up`: the resolved settings of the running cluster."]
-    lines += [f"{k} = {_toml_value(v)}" for k, v in dataclasses.asdict(settings).items()]
+    lines += [
+        f"{k} = {_toml_value(v)}"
+        for k, v in dataclasses.asdict(settings).items()
+        if k not in CLIENT_SECRETS
+    ]
     _write_private(path, "\n".join(lines) + "\n")
 
 
@@ -537,6 +545,11 @@ def up(
             trust = cluster.tls.ca or "the system's CAs"
             mutual = ", clients must present a certificate" if settings.tls_client_ca else ""
             tls_line = f"\n  TLS on{mutual}; clients trust {trust} (give it to them: --ca)"
+        if settings.auth_on:
+            tls_line += (
+                "\n  auth on: every call but health needs a bearer token (make one with: "
+                f"geopubsub token create --role admin --data-dir {settings.data_dir})"
+            )
         print(
             f"geopubsub cluster SERVING at {cluster.target}: {settings.shards} shards, {ray_line}\n"
             f"  coordinator pid {cluster.coordinator.pid}, log {cluster.log_path}\n  {redis_line}"
@@ -685,6 +698,7 @@ def status(
     target: str | None = None,
     out: TextIO | None = None,
     tls: Tls | None = None,
+    token: str | None = None,
 ) -> int:
     """``geopubsub status``: the local cluster's processes (from cluster.json), the coordinator's
     health at ``target`` (default: the recorded address) and, when SERVING, its stats. ``tls``:
@@ -734,7 +748,7 @@ def status(
         print(f"  health: {parts}", file=out)
     if health != "SERVING":
         return 1
-    with GeoPubSubClient(target, timeout_s=5.0, tls=tls) as client:
+    with GeoPubSubClient(target, timeout_s=5.0, tls=tls, token=token) as client:
         try:
             stats = client.stats()
         except grpc.RpcError as exc:

@@ -9,7 +9,7 @@ from shard.errors import GeoPubSubError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from geopubsub import bench, cluster_cli, demo, gen, load_cli, register
+    from geopubsub import bench, cluster_cli, demo, gen, load_cli, register, token_cli
 
     parser = argparse.ArgumentParser(prog="geopubsub", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -19,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     register.register(sub)
     demo.register(sub)
     load_cli.register(sub)
+    token_cli.register(sub)
     return parser
 
 

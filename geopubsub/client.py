@@ -14,6 +14,7 @@ failed calls raise ``grpc.RpcError`` with the server's status code and details. 
 
 from __future__ import annotations
 
+import ipaddress
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -99,15 +100,58 @@ class Tls:
 
 
 def open_channel(
-    target: str, tls: Tls | None = None, *, aio: bool = False, options=CHANNEL_OPTIONS
+    target: str,
+    tls: Tls | None = None,
+    *,
+    aio: bool = False,
+    options=CHANNEL_OPTIONS,
+    token: str | None = None,
 ):
-    """A gRPC channel to ``target``: plaintext, or TLS with ``tls``; ``aio``: an asyncio one."""
+    """A gRPC channel to ``target``: plaintext, or TLS with ``tls``; ``aio``: an asyncio one.
+    ``token``: sent on every call as ``authorization: Bearer <token>``, which gRPC does only over
+    TLS or, without TLS, to a loopback address (its local credentials: they refuse any other
+    peer, so a token never crosses a network in clear)."""
     mod = grpc.aio if aio else grpc
-    if tls is None:
-        return mod.insecure_channel(target, options=options)
-    if tls.server_name:
+    if tls is not None and tls.server_name:
         options = (*options, ("grpc.ssl_target_name_override", tls.server_name))
-    return mod.secure_channel(target, tls.credentials(), options=options)
+    if not token:
+        if tls is None:
+            return mod.insecure_channel(target, options=options)
+        return mod.secure_channel(target, tls.credentials(), options=options)
+    if tls is None:
+        if not _loopback_target(target):
+            raise ValidationError(
+                "token",
+                "***",
+                f"sent only over TLS or to a loopback address, not in clear to {target} "
+                "(give the coordinator's CA: --ca / GEOPUBSUB_CA)",
+            )
+        channel_creds = grpc.local_channel_credentials(grpc.LocalConnectionType.LOCAL_TCP)
+    else:
+        channel_creds = tls.credentials()
+    creds = grpc.composite_channel_credentials(
+        channel_creds, grpc.access_token_call_credentials(token)
+    )
+    return mod.secure_channel(target, creds, options=options)
+
+
+def _loopback_target(target: str) -> bool:
+    """Whether ``target`` (``host:port``, ``[v6]:port``, ``ipv4:``/``ipv6:`` URIs) is this machine.
+
+    >>> [_loopback_target(t) for t in ("127.0.0.1:1", "localhost:1", "[::1]:1", "geo.org:1")]
+    [True, True, True, False]
+    """
+    host = target.split("://", 1)[-1]
+    for scheme in ("ipv4:", "ipv6:", "dns:"):
+        host = host.removeprefix(scheme)
+    host = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,7 +241,8 @@ Coordinates = Sequence[float]
 class GeoPubSubClient:
     """A synchronous client over one gRPC channel; use it as a context manager or ``close()`` it.
     Thread-safe like the channel (one stream per thread). ``tls``: reach a coordinator that
-    serves TLS (``Tls(ca="ca.pem")``; with ``cert`` / ``key`` for mutual TLS)."""
+    serves TLS (``Tls(ca="ca.pem")``; with ``cert`` / ``key`` for mutual TLS); ``token``: the
+    bearer token of a cluster with auth on (``geopubsub token create``)."""
 
     def __init__(
         self,
@@ -206,10 +251,11 @@ class GeoPubSubClient:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         channel: grpc.Channel | None = None,
         tls: Tls | None = None,
+        token: str | None = None,
     ) -> None:
         self.target = target
         self.timeout_s = timeout_s
-        self._channel = channel or open_channel(target, tls)
+        self._channel = channel or open_channel(target, tls, token=token)
         self._stub = pb_grpc.GeoPubSubStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
 

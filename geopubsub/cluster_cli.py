@@ -34,9 +34,11 @@ SETTING_FLAGS = (
     "tls_key",
     "tls_client_ca",
     "insecure",
+    "auth",
     "ca",
     "client_cert",
     "client_key",
+    "token",
 )
 """Flags that are Settings fields (None when not given, so that file and environment apply)."""
 
@@ -65,6 +67,11 @@ def remote_parent() -> argparse.ArgumentParser:
     )
     remote.add_argument("--cert", dest="client_cert", help="mutual TLS: this client's certificate")
     remote.add_argument("--key", dest="client_key", help="mutual TLS: its private key")
+    remote.add_argument(
+        "--token",
+        help="bearer token of a cluster with auth on (geopubsub token create); better "
+        "GEOPUBSUB_TOKEN, which ps does not show",
+    )
     return remote
 
 
@@ -95,11 +102,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="mutual TLS: clients must present a certificate this PEM CA signed",
     )
     up.add_argument(
+        "--auth",
+        choices=["auto", "on", "off"],
+        help="bearer tokens on every call but health (auto, the default: on unless --host is a "
+        "loopback address; make them with: geopubsub token create)",
+    )
+    up.add_argument(
         "--insecure",
         action="store_true",
         default=None,
-        help="allow a non-loopback --host without TLS (anyone on the network can then read and "
-        "change every subscription)",
+        help="allow a non-loopback --host without TLS or without auth (anyone on the network can "
+        "then read and change every subscription)",
     )
     up.add_argument(
         "--cert", dest="client_cert", help="with --tls-client-ca: the launcher's own certificate"
@@ -192,11 +205,12 @@ def client_tls(args: argparse.Namespace, settings: Settings, target: str):
     return None
 
 
-def client_connection(args: argparse.Namespace) -> tuple[str, Any]:
-    """(target, ``geopubsub.client.Tls`` or None) of a command of ``remote_parent()``."""
+def client_connection(args: argparse.Namespace) -> tuple[str, Any, str | None]:
+    """(target, ``geopubsub.client.Tls`` or None, bearer token or None) of a command of
+    ``remote_parent()``."""
     settings = load_settings(args)
     target = _target(args, settings)
-    return target, client_tls(args, settings, target)
+    return target, client_tls(args, settings, target), settings.token or None
 
 
 def client_target(args: argparse.Namespace) -> str:
@@ -241,8 +255,8 @@ def _error(text: str) -> None:
 def _client(args: argparse.Namespace):
     from geopubsub.client import GeoPubSubClient
 
-    args.target_used, tls = client_connection(args)
-    return GeoPubSubClient(args.target_used, tls=tls)
+    args.target_used, tls, token = client_connection(args)
+    return GeoPubSubClient(args.target_used, tls=tls, token=token)
 
 
 # ---- local cluster --------------------------------------------------------------------------
@@ -271,7 +285,10 @@ def run_status(args: argparse.Namespace) -> int:
     settings = load_settings(args)
     target = _target(args, settings)
     return local.status(
-        settings.data_dir, target=args.target, tls=client_tls(args, settings, target)
+        settings.data_dir,
+        target=args.target,
+        tls=client_tls(args, settings, target),
+        token=settings.token or None,
     )
 
 

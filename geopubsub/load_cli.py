@@ -11,6 +11,7 @@ subscriptions from its next start (``geopubsub down && geopubsub up``), as the c
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -35,6 +36,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_arguments(p)
     p.add_argument("--coordinator", metavar="HOST:PORT", help="the running cluster to load into")
     p.add_argument("--redis-url", help="the cluster's Redis (instead of --coordinator)")
+    p.add_argument(
+        "--token",
+        help="admin token for the Reload of a cluster with auth on (default: GEOPUBSUB_TOKEN)",
+    )
     p.add_argument(
         "--data-dir", default=".geopubsub", help="local cluster files (default .geopubsub)"
     )
@@ -81,14 +86,16 @@ def _local_tls(data_dir, target: str):
     return manifest_tls(data_dir) if target == manifest_target(data_dir) else None
 
 
-def request_reload(target: str, timeout_s: float = RELOAD_TIMEOUT_S, tls=None) -> bool:
+def request_reload(
+    target: str, timeout_s: float = RELOAD_TIMEOUT_S, tls=None, token: str | None = None
+) -> bool:
     """Ask the coordinator to rebuild its shards from Redis; False if it has no ``Reload``.
     ``tls``: a ``geopubsub.client.Tls`` for a coordinator serving TLS (None: plaintext)."""
     import grpc
 
     from geopubsub.client import open_channel
 
-    with open_channel(target, tls, options=()) as channel:
+    with open_channel(target, tls, options=(), token=token) as channel:
         call = channel.unary_unary(
             RELOAD_METHOD,
             request_serializer=lambda _: b"",
@@ -130,7 +137,11 @@ def run_load(args: argparse.Namespace) -> int:
             spark.stop()
     if target is None:
         print("the cluster serves them from its next start (geopubsub up)")
-    elif request_reload(target, tls=_local_tls(args.data_dir, target)):
+    elif request_reload(
+        target,
+        tls=_local_tls(args.data_dir, target),
+        token=args.token or os.environ.get("GEOPUBSUB_TOKEN"),
+    ):
         print(f"the coordinator at {target} reloaded its shards and serves them")
     else:
         print(

@@ -87,6 +87,7 @@ async def register_subscriptions(
     ephemeral: bool = False,
     on_progress: Callable[[RegisterReport], None] | None = None,
     tls: Tls | None = None,
+    token: str | None = None,
 ) -> RegisterReport:
     """Subscribe every subscription of ``subs`` at ``target`` with ``in_flight`` calls pending,
     ``batch`` subscriptions a call (``SubscribeRequest.subscriptions`` when > 1; ``ephemeral``:
@@ -106,7 +107,7 @@ async def register_subscriptions(
     t0 = time.perf_counter()
     last = t0
 
-    async with open_channel(target, tls, aio=True, options=CHANNEL_OPTIONS) as channel:
+    async with open_channel(target, tls, aio=True, options=CHANNEL_OPTIONS, token=token) as channel:
         stub = pb_grpc.GeoPubSubStub(channel)
 
         async def call(part: list[Subscription]) -> None:
@@ -212,7 +213,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from geopubsub.cluster_cli import client_connection
 
-    target, tls = client_connection(args)
+    target, tls, token = client_connection(args)
     bad = RegisterReport()
 
     def progress(r: RegisterReport) -> None:
@@ -228,6 +229,7 @@ def run(args: argparse.Namespace) -> int:
                 ephemeral=args.ephemeral,
                 on_progress=progress,
                 tls=tls,
+                token=token,
             )
         )
     except grpc.aio.AioRpcError as exc:

@@ -9,7 +9,9 @@
     ├── UnavailableError       a shard or Redis cannot be reached        -> UNAVAILABLE
     │   ├── StoreFullError     Redis at its maxmemory refuses writes     -> RESOURCE_EXHAUSTED
     │   └── ShardDeadError     a shard's actor is gone for good          -> UNAVAILABLE
-    └── OverloadedError        backpressure: a queue or store is full    -> RESOURCE_EXHAUSTED
+    ├── OverloadedError        backpressure: a queue or store is full    -> RESOURCE_EXHAUSTED
+    ├── UnauthenticatedError   no valid bearer token                     -> UNAUTHENTICATED
+    └── PermissionDeniedError  the token's role or owner does not allow  -> PERMISSION_DENIED
 
 The mapping to gRPC status codes lives in one place in the coordinator.
 """
@@ -77,6 +79,15 @@ class ShardDeadError(UnavailableError):
 class OverloadedError(GeoPubSubError):
     """A bounded buffer or store is full (waiting operations, live messages); the caller should
     retry later."""
+
+
+class UnauthenticatedError(GeoPubSubError):
+    """A call without a bearer token, or with one that is unknown, revoked or expired."""
+
+
+class PermissionDeniedError(GeoPubSubError):
+    """A valid token whose role does not allow the method, or a subscription id outside its
+    owner prefix (said without telling whether that subscription exists)."""
 
 
 def _show(value: Any) -> str:
