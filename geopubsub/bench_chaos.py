@@ -57,12 +57,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from shard.errors import ValidationError
 from shard.model import Message, Subscription
+
+if TYPE_CHECKING:
+    from geopubsub.client import Endpoint
 
 DOUBLE = "shard-down-coordinator-kill"
 KINDS = ("shard-kill", "shard-stop", "coordinator-kill", "redis-kill", "redis-stop", DOUBLE)
@@ -892,22 +895,33 @@ def read_workload(args, say: Callable[[str], None]) -> Workload:
 
 
 def register_workload(
-    w: Workload, how: str, say: Callable[[str], None], *, target: str, cluster=None
+    w: Workload, how: str, say: Callable[[str], None], *, target: str | Endpoint, cluster=None
 ) -> dict:
-    """Every subscription, durable, at ``target``: Subscribe calls (``grpc``) or the bulk loader
-    into ``cluster`` (``load``, a ``deploy.local.LocalCluster``)."""
+    """Every subscription, durable, at ``target`` (``host:port``, or an ``Endpoint`` with its TLS
+    and token): Subscribe calls (``grpc``) or the bulk loader into ``cluster`` (``load``, a
+    ``deploy.local.LocalCluster``)."""
     if how == "load":
         from geopubsub.register import bulk_load
 
         return bulk_load(w.subs_file, cluster, say)
     import grpc
 
+    from geopubsub.client import Endpoint
     from geopubsub.register import register_subscriptions
 
+    where = Endpoint(target) if isinstance(target, str) else target
     say(f"registration  {len(w.subs):,} Subscribe calls ...")
     for attempt in range(1, REGISTER_ATTEMPTS + 1):
         try:
-            reg = asyncio.run(register_subscriptions(target, w.subs, in_flight=REGISTER_IN_FLIGHT))
+            reg = asyncio.run(
+                register_subscriptions(
+                    where.target,
+                    w.subs,
+                    in_flight=REGISTER_IN_FLIGHT,
+                    tls=where.tls,
+                    token=where.token,
+                )
+            )
             break
         except grpc.aio.AioRpcError as exc:
             if exc.code() != grpc.StatusCode.UNAVAILABLE or attempt == REGISTER_ATTEMPTS:

@@ -32,10 +32,14 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from geopubsub.cluster_cli import add_client_flags, client_access
 from shard.errors import ValidationError
 from shard.model import Message, Point, Subscription
+
+if TYPE_CHECKING:
+    from geopubsub.client import Endpoint
 
 MAX_RATE = 100_000
 """Messages/s an unpaced publisher of phase (a) is given ids for (it stops at --duration)."""
@@ -57,6 +61,7 @@ def register(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--subs", required=True, type=Path, help="subscriptions, JSON Lines")
     p.add_argument("--msgs", required=True, type=Path, help="messages, JSON Lines (cycled)")
     p.add_argument("--target", help="a running cluster at HOST:PORT (else one is started)")
+    add_client_flags(p)  # --ca --cert --key --token for a --target serving TLS / with auth on
     p.add_argument("--data-dir", type=Path, default=Path(".geopubsub/bench-e2e"))
     p.add_argument("--shards", type=int, default=2)
     p.add_argument("--no-register", action="store_true", help="the subscriptions are registered")
@@ -197,13 +202,13 @@ class _Profiler:
 
 
 async def phases(
-    target: str,
+    endpoint: Endpoint,
     subs: Sequence[Subscription],
     msgs: Sequence[Message],
     args,
     profiler: _Profiler,
 ) -> dict[str, Any]:
-    """Phases (a), (b), (c) against the cluster at ``target``."""
+    """Phases (a), (b), (c) against the cluster at ``endpoint``."""
     from geopubsub.traffic import (
         Crowd,
         Latencies,
@@ -220,7 +225,7 @@ async def phases(
     channels = []
 
     def stub():
-        ch = channel(target)
+        ch = channel(endpoint)
         channels.append(ch)
         return pb_grpc.GeoPubSubStub(ch)
 
@@ -446,11 +451,13 @@ def run(args) -> int:
     with sigterm_as_interrupt():
         try:
             if args.target:
-                target = args.target
+                endpoint = client_access(args, args.target)
             else:
+                from geopubsub.client import Endpoint
+
                 cluster = _start(args)
-                target = cluster.target
-            report["target"] = target
+                endpoint = Endpoint(cluster.target)
+            report["target"] = endpoint.target
             if not args.no_register and args.register == "load":
                 from geopubsub.register import bulk_load
 
@@ -462,8 +469,10 @@ def run(args) -> int:
                 _log(f"registering {len(subs):,} subscriptions ({in_flight} calls in flight) ...")
                 reg = asyncio.run(
                     register_subscriptions(
-                        target,
+                        endpoint.target,
                         subs,
+                        tls=endpoint.tls,
+                        token=endpoint.token,
                         in_flight=in_flight,
                         ephemeral=args.ephemeral,
                         on_progress=lambda r: _log(f"    {r.registered:,} ({r.per_s:,.0f}/s)"),
@@ -476,7 +485,7 @@ def run(args) -> int:
             profiler = _Profiler(
                 cluster.coordinator.pid if cluster else None, Path(args.data_dir), args.profile
             )
-            report |= asyncio.run(phases(target, subs, msgs, args, profiler))
+            report |= asyncio.run(phases(endpoint, subs, msgs, args, profiler))
         finally:
             if cluster is not None:
                 _log("stopping the cluster ...")

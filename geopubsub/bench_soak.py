@@ -31,9 +31,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from geopubsub.cluster_cli import add_client_flags, client_access
 from shard.errors import ValidationError
+
+if TYPE_CHECKING:
+    from geopubsub.client import Endpoint
 
 MINUTE_S = 60.0
 """Latency is reported per minute of the publisher's schedule."""
@@ -249,10 +253,8 @@ async def _sample_every(
         await asyncio.sleep(max(0.0, t0 + (len(out)) * every_s - time.time()))
 
 
-async def run_traffic(target: str, processes: ClusterProcesses, subs, msgs, args, say):
+async def run_traffic(endpoint: Endpoint | str, processes: ClusterProcesses, subs, msgs, args, say):
     """Publisher, followed streams, crowd and the sampler at once, for ``--duration`` s."""
-    import grpc
-
     from geopubsub.bench_chaos import CHANNEL_OPTIONS
     from geopubsub.demo import warm_up
     from geopubsub.traffic import (
@@ -260,6 +262,7 @@ async def run_traffic(target: str, processes: ClusterProcesses, subs, msgs, args
         Publisher,
         ResultStream,
         busiest,
+        channel,
         stop_traffic,
         wait_quiet,
     )
@@ -268,7 +271,7 @@ async def run_traffic(target: str, processes: ClusterProcesses, subs, msgs, args
     channels: list = []
 
     def stub():
-        ch = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+        ch = channel(endpoint, CHANNEL_OPTIONS)
         channels.append(ch)
         return pb_grpc.GeoPubSubStub(ch)
 
@@ -422,6 +425,7 @@ def register(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--gen-msgs", type=int, default=20_000, help="messages generated")
     p.add_argument("--moving-share", type=float, default=0.1, help="of the generated ones")
     p.add_argument("--target", help="a running cluster at HOST:PORT (else one is started)")
+    add_client_flags(p)  # --ca --cert --key --token for a --target serving TLS / with auth on
     p.add_argument(
         "--data-dir",
         type=Path,
@@ -500,7 +504,7 @@ def run(args) -> int:
                 hand_over_promptly()
                 reg = None
                 if args.target:
-                    target = args.target
+                    target = client_access(args, args.target)
                     if local.read_manifest(data_dir) is None:
                         raise ValidationError(
                             "--data-dir", str(data_dir), "no cluster.json: its processes unknown"

@@ -24,6 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import grpc
+
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -31,6 +33,10 @@ def main(argv: list[str] | None = None) -> int:
     except GeoPubSubError as exc:
         print(f"geopubsub: error: {exc}", file=sys.stderr)
         return 2
+    except grpc.RpcError as exc:  # a call the command could not do without (a bench's, say)
+        code = exc.code()
+        print(f"geopubsub: error: {code.name}: {exc.details()}", file=sys.stderr)
+        return 2 if code is grpc.StatusCode.INVALID_ARGUMENT else 1
 
 
 if __name__ == "__main__":

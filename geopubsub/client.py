@@ -17,7 +17,7 @@ from __future__ import annotations
 import ipaddress
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import grpc
@@ -83,20 +83,34 @@ class Tls:
     server_name: str | None = None
 
     def credentials(self) -> grpc.ChannelCredentials:
-        def read(field: str, path: str | None) -> bytes | None:
+        def read(name: str, path: str | None) -> bytes | None:
             if not path:
                 return None
             try:
                 with open(path, "rb") as f:
                     return f.read()
             except OSError as exc:
-                raise ValidationError(field, path, f"cannot be read: {exc.strerror}") from None
+                raise ValidationError(name, path, f"cannot be read: {exc.strerror}") from None
 
         return grpc.ssl_channel_credentials(
             root_certificates=read("ca", self.ca),
             private_key=read("client_key", self.key),
             certificate_chain=read("client_cert", self.cert),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """A coordinator and how to reach it: ``target`` (``host:port``), ``tls`` (None: plaintext)
+    and the bearer ``token`` of a cluster with auth on (never in the ``repr``)."""
+
+    target: str
+    tls: Tls | None = None
+    token: str | None = field(default=None, repr=False)
+
+    def channel(self, *, aio: bool = False, options=CHANNEL_OPTIONS):
+        """A new gRPC channel to it (``open_channel``)."""
+        return open_channel(self.target, self.tls, aio=aio, options=options, token=self.token)
 
 
 def open_channel(

@@ -61,18 +61,25 @@ def remote_parent() -> argparse.ArgumentParser:
         "--target",
         help="coordinator HOST:PORT (default: from <data-dir>/cluster.json, else 127.0.0.1:50051)",
     )
-    remote.add_argument(
+    add_client_flags(remote)
+    return remote
+
+
+def add_client_flags(p: argparse.ArgumentParser) -> None:
+    """``--ca``, ``--cert``, ``--key``, ``--token``: how a client reaches a coordinator that
+    serves TLS or has auth on (resolved by ``client_access``; ``GEOPUBSUB_CA``,
+    ``GEOPUBSUB_TOKEN``... and the settings file too)."""
+    p.add_argument(
         "--ca",
         help="TLS: PEM CA file to trust (default: the local cluster's, from cluster.json)",
     )
-    remote.add_argument("--cert", dest="client_cert", help="mutual TLS: this client's certificate")
-    remote.add_argument("--key", dest="client_key", help="mutual TLS: its private key")
-    remote.add_argument(
+    p.add_argument("--cert", dest="client_cert", help="mutual TLS: this client's certificate")
+    p.add_argument("--key", dest="client_key", help="mutual TLS: its private key")
+    p.add_argument(
         "--token",
         help="bearer token of a cluster with auth on (geopubsub token create); better "
         "GEOPUBSUB_TOKEN, which ps does not show",
     )
-    return remote
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -211,6 +218,21 @@ def client_connection(args: argparse.Namespace) -> tuple[str, Any, str | None]:
     settings = load_settings(args)
     target = _target(args, settings)
     return target, client_tls(args, settings, target), settings.token or None
+
+
+def client_access(args: argparse.Namespace, target: str):
+    """A ``geopubsub.client.Endpoint`` for ``target`` from the ``add_client_flags`` of a command
+    that has no ``remote_parent()`` (the bench and load commands): those flags, else the
+    ``GEOPUBSUB_*`` environment and ``--config``, else the local cluster's CA of ``--data-dir``
+    when ``target`` is its address."""
+    from geopubsub.client import Endpoint
+
+    names = ("ca", "client_cert", "client_key", "token", "data_dir")
+    flags = {
+        n: (str(v) if v is not None else None) for n in names for v in [getattr(args, n, None)]
+    }
+    settings = Settings.load(file=getattr(args, "config", None), env=os.environ, flags=flags)
+    return Endpoint(target, client_tls(args, settings, target), settings.token or None)
 
 
 def client_target(args: argparse.Namespace) -> str:

@@ -11,10 +11,10 @@ subscriptions from its next start (``geopubsub down && geopubsub up``), as the c
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
+from geopubsub.cluster_cli import add_client_flags, client_access
 from shard.errors import UnavailableError, ValidationError
 
 RELOAD_METHOD = "/geopubsub.v1.GeoPubSub/Reload"
@@ -36,10 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_arguments(p)
     p.add_argument("--coordinator", metavar="HOST:PORT", help="the running cluster to load into")
     p.add_argument("--redis-url", help="the cluster's Redis (instead of --coordinator)")
-    p.add_argument(
-        "--token",
-        help="admin token for the Reload of a cluster with auth on (default: GEOPUBSUB_TOKEN)",
-    )
+    add_client_flags(p)  # for the Reload: --ca --cert --key, --token (an admin's)
     p.add_argument(
         "--data-dir", default=".geopubsub", help="local cluster files (default .geopubsub)"
     )
@@ -79,13 +76,6 @@ def resolve(args: argparse.Namespace) -> tuple[str, str, int | None, str | None]
     return manifest["redis"]["url"], settings.namespace, settings.shards, target
 
 
-def _local_tls(data_dir, target: str):
-    """How to reach ``target`` if it is the local cluster's coordinator (its cluster.json)."""
-    from deploy.local import manifest_target, manifest_tls
-
-    return manifest_tls(data_dir) if target == manifest_target(data_dir) else None
-
-
 def request_reload(
     target: str, timeout_s: float = RELOAD_TIMEOUT_S, tls=None, token: str | None = None
 ) -> bool:
@@ -110,6 +100,11 @@ def request_reload(
                 f"Reload at {target}: {exc.code().name} {exc.details()}"
             ) from None
     return True
+
+
+def request_endpoint_reload(endpoint, timeout_s: float = RELOAD_TIMEOUT_S) -> bool:
+    """``request_reload`` of a ``geopubsub.client.Endpoint`` (its TLS and token)."""
+    return request_reload(endpoint.target, timeout_s, tls=endpoint.tls, token=endpoint.token)
 
 
 def run_load(args: argparse.Namespace) -> int:
@@ -137,11 +132,7 @@ def run_load(args: argparse.Namespace) -> int:
             spark.stop()
     if target is None:
         print("the cluster serves them from its next start (geopubsub up)")
-    elif request_reload(
-        target,
-        tls=_local_tls(args.data_dir, target),
-        token=args.token or os.environ.get("GEOPUBSUB_TOKEN"),
-    ):
+    elif request_endpoint_reload(client_access(args, target)):
         print(f"the coordinator at {target} reloaded its shards and serves them")
     else:
         print(

@@ -24,6 +24,7 @@ import grpc
 import numpy as np
 
 from coordinator.convert import to_proto_message
+from geopubsub.client import Endpoint
 from geopubsub.oracle_check import MoveRecord, Received
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
@@ -41,8 +42,12 @@ CHANNEL_OPTIONS = (
 _SIGN = {pb.Delivery.ADD: "+", pb.Delivery.REMOVE: "-"}
 
 
-def channel(target: str) -> grpc.aio.Channel:
-    return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+def channel(where: str | Endpoint, options=CHANNEL_OPTIONS) -> grpc.aio.Channel:
+    """An asyncio channel to ``where``: ``host:port`` in plaintext, or an ``Endpoint`` with its
+    TLS and token."""
+    if isinstance(where, str):
+        where = Endpoint(where)
+    return where.channel(aio=True, options=options)
 
 
 CLOSE_WAIT_S = 2.0

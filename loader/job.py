@@ -291,6 +291,8 @@ def spark_conf(pairs: Sequence[str]) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from geopubsub.cluster_cli import add_client_flags, client_access
+
     p = argparse.ArgumentParser(prog="loader/job.py", description=__doc__.split("\n\n")[0])
     add_arguments(p)
     p.add_argument("--redis-url", required=True)
@@ -299,7 +301,9 @@ def main(argv: list[str] | None = None) -> int:
         metavar="HOST:PORT",
         help="a running coordinator on that Redis: ask it to reload its shards after the load",
     )
+    add_client_flags(p)  # for the Reload of --coordinator: --ca --cert --key, --token
     args = p.parse_args(argv)
+    endpoint = client_access(args, args.coordinator) if args.coordinator else None
     spark = spark_session(args.master, spark_conf(args.conf))  # None: spark-submit's, or local[*]
     try:
         run(
@@ -314,10 +318,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     finally:
         spark.stop()
-    if args.coordinator:
-        from geopubsub.load_cli import request_reload
+    if endpoint is not None:
+        from geopubsub.load_cli import request_endpoint_reload
 
-        if not request_reload(args.coordinator):
+        if not request_endpoint_reload(endpoint):
             print(f"{args.coordinator} has no Reload RPC: restart it to serve the load")
             return 1
         print(f"the coordinator at {args.coordinator} reloaded its shards and serves them")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from shard.model import Subscription, subscription_from_dict, subscription_to_dict
 
@@ -96,16 +96,30 @@ def encoded_fields(sub_json: str, shards: Sequence[int], stamp: float) -> dict[s
     }
 
 
+SECRET_QUERY_KEYS = frozenset({"password", "ssl_password"})
+"""Query parameters of a Redis URL that hold a secret (redis-py reads them as keyword arguments)."""
+
+
 def redacted(url: str) -> str:
-    """``url`` with its password replaced by ``***``: what may be printed or logged.
+    """``url`` with its password, and any ``password`` / ``ssl_password`` in its query, replaced
+    by ``***``: what may be printed or logged.
 
     >>> redacted("redis://:s3cret@127.0.0.1:6379/0"), redacted("redis://127.0.0.1:6379/0")
     ('redis://:***@127.0.0.1:6379/0', 'redis://127.0.0.1:6379/0')
+    >>> redacted("rediss://u:pw@[::1]:6380/0?ssl_ca_certs=/ca.pem&ssl_password=k")
+    'rediss://u:***@[::1]:6380/0?ssl_ca_certs=/ca.pem&ssl_password=***'
     """
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port is not None else ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
+    if parts.query:
+        pairs = parse_qsl(parts.query, keep_blank_values=True)
+        if any(k in SECRET_QUERY_KEYS for k, _ in pairs):
+            kept = [(k, "***" if k in SECRET_QUERY_KEYS else v) for k, v in pairs]
+            parts = parts._replace(query=urlencode(kept, safe="/*:"))
+    if parts.password is not None:
+        user = parts.username or ""
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        port = f":{parts.port}" if parts.port is not None else ""
+        parts = parts._replace(netloc=f"{user}:***@{host}{port}")
+    return urlunsplit(parts)
