@@ -88,6 +88,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--msgs", required=True, type=Path)
     f.add_argument("--initial-share", type=float, default=0.2)
     f.add_argument("--sample", type=int, default=0)
+    f.add_argument(
+        "--tree",
+        choices=("applus", "aptree"),
+        default="applus",
+        help="applus (the default): the AP+-Tree every shard runs, new keywords of a k-node to "
+        "its dummy cut; aptree: the stationary AP-Tree, new keywords widen a cut",
+    )
+    f.add_argument(
+        "--batch",
+        type=int,
+        default=1,
+        help="subscriptions inserted a call (applus: subscribe_many, as a shard does a round's)",
+    )
     f.set_defaults(func=run_maintain)
 
     mv = kinds.add_parser("moving", help="replay an event stream (AP+-Tree or the grid baseline)")
@@ -502,21 +515,33 @@ def run_maintain(args) -> int:
     _warm_up()
     subs = list(_read_subs(args, errors))
     msgs = _read_msgs(args, errors, args.sample)
-    k = int(len(subs) * args.initial_share)
+    if args.batch < 1 or (args.batch > 1 and args.tree != "applus"):
+        raise ValidationError("--batch", args.batch, "must be >= 1 (> 1 with --tree applus)")
+    if args.tree == "applus":
+        from shard.applus import APPlusTree as kind
+    else:
+        kind = APTree
+    k = max(1, int(len(subs) * args.initial_share))
     t0 = time.perf_counter()
-    grown = APTree.build(iter(subs[:k]), **_tree_options(args))
+    grown = kind.build(iter(subs[:k]), **_tree_options(args))
     build_part_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    for s in subs[k:]:
-        grown.subscribe(s)
+    if args.batch > 1:
+        for i in range(k, len(subs), args.batch):
+            grown.subscribe_many(subs[i : i + args.batch])
+    else:
+        for s in subs[k:]:
+            grown.subscribe(s)
     insert_s = time.perf_counter() - t0
     grown_match_s, grown_pairs = _match_all(grown, msgs, args)
     t0 = time.perf_counter()
-    fresh = APTree.build(iter(subs), **_tree_options(args))
+    fresh = kind.build(iter(subs), **_tree_options(args))
     fresh_s = time.perf_counter() - t0
     fresh_match_s, fresh_pairs = _match_all(fresh, msgs, args)
     n = max(len(msgs), 1)
     report = {
+        "tree": args.tree,
+        "batch": args.batch,
         "n_subs": len(subs),
         "initial": k,
         "inserted": len(subs) - k,
@@ -539,7 +564,8 @@ def run_maintain(args) -> int:
             f"built on {k:,}, inserted {len(subs) - k:,} in {insert_s:.1f} s ({report['insert_per_s']:,.0f}/s)"
         )
         print(
-            f"grown tree     {report['grown_us_per_msg']} us/msg  ({grown_pairs:,} pairs, {grown.stats()['rebuilds']} rebuilds)"
+            f"grown tree     {report['grown_us_per_msg']} us/msg  ({grown_pairs:,} pairs, "
+            f"{grown.stats()['rebuilds']} rebuilds, {grown.stats()['promotions']} promotions)"
         )
         print(
             f"fresh build    {report['fresh_us_per_msg']} us/msg  ({fresh_pairs:,} pairs, built in {fresh_s:.1f} s)"

@@ -417,3 +417,52 @@ def test_the_rounded_box_test_of_moves_never_contradicts_the_exact_one(case):
         assert got == UNSURE or bool(got) == exact, (got, exact)
     else:
         assert _hits_rounded(kind, bbox, circ, np.int32(NO_POINT), np.int32(NO_POINT)) == UNSURE
+
+
+@pytest.mark.parametrize("batch", [1, 25])
+def test_a_tree_grown_from_few_promotes_its_dummy_cuts_and_stays_exact(batch):
+    """Subscriptions with keywords the tree has no cut for go to a k-node's dummy cut; when the
+    k-node's check fires, the dummy is promoted to one cut per keyword (``promote_dummy``), and
+    past a doubling the tree is rebuilt whole. With live messages on the m-lists throughout,
+    every client's result set stays exactly the oracle's and the tree's invariants hold."""
+    rng = random.Random(17)
+    tree = APPlusTree(theta_p=4, dup_limit=3, purge_interval=5.0)
+    mirror = Mirror()
+    promoted = False
+    whole = 0
+    now = 0.0
+    for step in range(60):
+        now += 0.25
+        mirror.expire(now)
+        msgs = []
+        for j in range(3):
+            m = random_message(rng, f"m{step}-{j}")
+            msgs.append(Message(m.id, m.terms, m.location, ttl=4.0))
+        ups = tree.publish_batch(msgs, now)
+        mirror.apply([u for u in ups if u[1] == "-"])
+        mirror.apply([u for u in ups if u[1] == "+"])
+        for m in msgs:
+            mirror.live[m.id] = (m, now + 4.0)
+        # 40 new subscriptions a step, a third with a keyword never seen before
+        subs = []
+        for i in range(40):
+            s = _moving(random_subscription(rng, f"s{step}-{i}"))
+            if i % 3 == 0:
+                first = s.clauses[0]
+                s = Subscription(s.id, ((f"new{step}x{i}", *first[1:]),), s.region, moving=True)
+            subs.append(s)
+        built = tree._built_size
+        for k in range(0, len(subs), batch):
+            part = subs[k : k + batch]
+            if batch == 1:
+                mirror.apply(tree.subscribe(part[0], now))
+            else:
+                mirror.apply(tree.subscribe_many(part, now))
+            for s in part:
+                mirror.subs[s.id] = s
+            promoted = promoted or tree.stats()["promotions"] > 0
+        whole += tree._built_size != built
+        mirror.assert_exact()
+        tree._check()
+    assert promoted and whole > 0, (promoted, whole)
+    assert len(tree) == 60 * 40

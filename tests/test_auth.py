@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 import time
 import uuid
 
@@ -30,6 +28,7 @@ from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.errors import UnauthenticatedError, ValidationError
 from shard.model import Rect, Subscription
+from tests.cli import run_geopubsub as _geopubsub
 
 Code = grpc.StatusCode
 
@@ -287,16 +286,6 @@ def test_the_sync_client_sends_its_token(redis_url):
             await stop_server(server, app)
 
     asyncio.run(main())
-
-
-def _geopubsub(*argv: str, env: dict, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "geopubsub.cli", *argv],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-    )
 
 
 def test_the_token_cli_prints_a_token_once_and_lists_no_secret(redis_url):

@@ -10,7 +10,6 @@ import json
 import os
 import secrets
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,8 +19,7 @@ from deploy import local
 from deploy.processes import free_port
 from deploy.redis_local import find_redis_server
 from deploy.tls import local_tls
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.cli import run_geopubsub
 
 
 class TlsRedis:
@@ -76,22 +74,15 @@ class TlsRedis:
         self.proc.wait(timeout=30)
 
 
+def _geopubsub(*argv: str, env: dict, timeout: float = 300):
+    return run_geopubsub(*argv, env=env, timeout=timeout)  # a cluster start, a Spark job
+
+
 @pytest.fixture
 def tls_redis(tmp_path):
     server = TlsRedis(tmp_path / "redis-tls")
     yield server
     server.stop()
-
-
-def _geopubsub(*argv: str, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "geopubsub.cli", *argv],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def test_the_tls_redis_refuses_plaintext_and_a_wrong_ca(tls_redis, tmp_path):

@@ -494,7 +494,9 @@ class APPlusTree(APTree):
         st.last_t[slots] = self.now
 
     def _finish(self, todo: np.ndarray, n: int = 1) -> None:
-        if todo.size:
+        if self._whole_rebuild_due():
+            self.rebuild()
+        elif todo.size:
             self._rebuild_nodes(np.unique(todo))
         self._housekeeping(n)
 

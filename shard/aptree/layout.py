@@ -71,7 +71,8 @@ C_GARBAGE = 6  # pool slots orphaned by rebuilds and leaf moves
 C_REBUILDS = 7  # KL-triggered subtree reconstructions
 C_SPLITS = 8  # leaf splits
 C_COLLAPSES = 9
-N_COUNTERS = 10
+C_PROMOTIONS = 10  # k-node dummies promoted to cuts instead of rebuilding the k-node
+N_COUNTERS = 11
 
 # ---- parameter vector indices (float64 array handed to the kernels) --------------------
 P_FANOUT = 0

@@ -27,14 +27,18 @@ from shard.aptree.build import (
     alloc_node,
     build_subtree,
     collect_and_free,
+    ensure_ch,
     ensure_li,
     ensure_nodes,
     init_node,
     set_leaf_entry,
 )
 from shard.aptree.layout import (
+    C_CH,
+    C_FREE,
     C_GARBAGE,
     C_LI,
+    C_PROMOTIONS,
     C_REBUILDS,
     C_ROOT,
     F_BOFF,
@@ -61,6 +65,7 @@ from shard.aptree.layout import (
     KNODE,
     LEAF,
     P_GAP_TO_DUMMY,
+    P_KEYWORD_FANOUT,
     P_KL_CHECK_FRACTION,
     P_KL_MIN_SIZE,
     P_MAX_SPAN,
@@ -116,7 +121,13 @@ def _note_update(T, params, u, todo):
     every = max(params[P_THETA_P], params[P_KL_CHECK_FRACTION] * NI[u, F_NBUILT])
     if NI[u, F_NUPD] >= every:
         NI[u, F_NUPD] = 0
-        if kl_divergence(T, u) > params[P_THETA_KL] + kl_noise(T, u):
+        if NI[u, F_KP] == 0 and params[P_GAP_TO_DUMMY] > 0.5 and params[P_KEYWORD_FANOUT] == 0:
+            # below a dummy cut (space only), where the clauses of keywords without a cut wait
+            # for their k-node's promotion (``promote_dummy``): rebuilt when doubled, not for
+            # drift, or a fast-growing dummy would be rebuilt every 5 % of its growth
+            if NI[u, F_SIZE] >= 2 * NI[u, F_NBUILT]:
+                todo.append(u)
+        elif kl_divergence(T, u) > params[P_THETA_KL] + kl_noise(T, u):
             todo.append(u)
 
 
@@ -572,13 +583,14 @@ def rebuild_nodes(T, S, PW, SPX, SPY, params, nodes):
     for i in range(nodes.shape[0]):
         depth[i] = NI[nodes[i], F_DEPTH] if NI[nodes[i], F_TYPE] != FREED else 1 << 40
     order = np.argsort(depth, kind="mergesort")
+    skip = np.zeros(nodes.shape[0], np.bool_)
     done = List()
     done.append(np.int64(0))
     done.pop()
     for i in order:
         u = nodes[i]
         NI = T[0]
-        if NI[u, F_TYPE] == FREED or NI[u, F_DEPTH] != depth[i]:
+        if skip[i] or NI[u, F_TYPE] == FREED or NI[u, F_DEPTH] != depth[i]:
             continue
         covered = False
         p = NI[u, F_PARENT]
@@ -589,6 +601,10 @@ def rebuild_nodes(T, S, PW, SPX, SPY, params, nodes):
                     break
             p = NI[p, F_PARENT]
         if covered:
+            continue
+        if _promotable(T, params, u):
+            _skip_under(T, nodes, NI[u, F_DUMMY], skip)
+            T = promote_dummy(T, S, PW, SPX, SPY, params, u)
             continue
         old = NI[u, F_SIZE]
         T, items = collect_and_free(T, u)
@@ -601,3 +617,174 @@ def rebuild_nodes(T, S, PW, SPX, SPY, params, nodes):
         done.append(u)
     T[10][C_REBUILDS] += len(done)
     return T, len(done)
+
+
+@njit(cache=True)
+def _promotable(T, params, u):
+    """Whether the reconstruction of node ``u`` can be a promotion of its dummy cut
+    (``promote_dummy``): a k-node with one cut per keyword whose gaps go to the dummy that has
+    not doubled since it was last built (then it is rebuilt whole, so that the
+    cost model chooses its kind and offset again over what it holds now)."""
+    NI = T[0]
+    return (
+        NI[u, F_TYPE] == KNODE
+        and params[P_GAP_TO_DUMMY] > 0.5
+        and params[P_KEYWORD_FANOUT] == 0
+        and NI[u, F_SIZE] >= params[P_THETA_P]  # else it collapses into a leaf
+        and NI[u, F_SIZE] < 2 * NI[u, F_NBUILT]
+    )
+
+
+@njit(cache=True)
+def _skip_under(T, nodes, top, skip):
+    """Mark the nodes of ``nodes`` that lie in the subtree of ``top`` (about to be recycled, so
+    their ids may be handed out again before they come up)."""
+    NI = T[0]
+    if top < 0:
+        return
+    for j in range(nodes.shape[0]):
+        v = nodes[j]
+        while v >= 0:
+            if v == top:
+                skip[j] = True
+                break
+            v = NI[v, F_PARENT]
+
+
+@njit(cache=True)
+def promote_dummy(T, S, PW, SPX, SPY, params, u):
+    """Reconstruct k-node ``u`` (one cut per keyword, gaps to the dummy) by promoting its dummy
+    cut: the clauses that went to the dummy because their L-th keyword had no cut get a cut of
+    their own per keyword, built like a fresh build would (Alg. 4 below each new cut); the
+    clauses without an L-th keyword stay in a rebuilt dummy; the existing cuts and their
+    subtrees are kept, their weights taken as the new baseline. This is what rebuilding ``u``
+    would make of its cuts (one per keyword, Eq. 1) at the cost of the dummy's subtree and a copy
+    of the cut list, instead of the whole subtree: a tree growing from empty no longer rebuilds
+    its root every 5 % of growth (docs/BENCHMARKS.md, [2.2]). The caller carries the AP+-Tree's
+    messages over as for a rebuild."""
+    NI = T[0]
+    d = NI[u, F_DUMMY]
+    if d < 0:  # the cuts' weights drifted: the same cuts again, with a new baseline
+        off = NI[u, F_CHOFF]
+        for k in range(off, off + NI[u, F_NCH]):
+            T[5][k] = T[6][k]
+        NI[u, F_WD_OLD] = NI[u, F_WD_CUR]
+        NI[u, F_NUPD] = 0
+        T[10][C_PROMOTIONS] += 1
+        return T
+    l = NI[u, F_L]
+    kp = NI[u, F_KP]
+    sp = NI[u, F_SP]
+    depth = NI[u, F_DEPTH]
+    x0 = T[1][u, 0]
+    y0 = T[1][u, 1]
+    x1 = T[1][u, 2]
+    y1 = T[1][u, 3]
+    old_size = NI[d, F_SIZE]
+    T, items = collect_and_free(T, d)
+    cl_off = S[4]
+    cl_len = S[5]
+    terms = S[6]
+    n = items.shape[0]
+    keys = np.empty(n, np.int64)
+    for i in range(n):
+        c = items[i]
+        keys[i] = terms[cl_off[c] + l] if cl_len[c] > l else -1
+    order = np.argsort(keys, kind="mergesort")
+    nd = 0
+    while nd < n and keys[order[nd]] < 0:
+        nd += 1
+    m_new = 0
+    for i in range(nd, n):
+        if i == nd or keys[order[i]] != keys[order[i - 1]]:
+            m_new += 1
+    m_old = NI[u, F_NCH]
+    T = ensure_ch(T, m_old + m_new)
+    T = ensure_nodes(T, m_new)
+    NI = T[0]
+    CH = T[2]
+    CLO = T[3]
+    CHI = T[4]
+    WOLD = T[5]
+    WCUR = T[6]
+    CNT = T[10]
+    off_old = NI[u, F_CHOFF]
+    off = CNT[C_CH]
+    CNT[C_CH] += m_old + m_new
+    CNT[C_GARBAGE] += m_old
+    new_nodes = List()
+    new_items = List()
+    k = off
+    a = 0  # next old cut
+    i = nd  # next new keyword's first item
+    while a < m_old or i < n:
+        if i >= n or (a < m_old and CLO[off_old + a] < keys[order[i]]):
+            CH[k] = CH[off_old + a]
+            CLO[k] = CLO[off_old + a]
+            CHI[k] = CHI[off_old + a]
+            WCUR[k] = WCUR[off_old + a]
+            WOLD[k] = WCUR[off_old + a]
+            a += 1
+        else:
+            w = keys[order[i]]
+            e = i
+            while e < n and keys[order[e]] == w:
+                e += 1
+            child = alloc_node(T)
+            init_node(T, child, u, l + 1, kp, sp, depth + 1, x0, y0, x1, y1)
+            sub = np.empty(e - i, np.int32)
+            for j in range(i, e):
+                sub[j - i] = items[order[j]]
+            CH[k] = child
+            CLO[k] = w
+            CHI[k] = w
+            WCUR[k] = e - i
+            WOLD[k] = e - i
+            new_nodes.append(child)
+            new_items.append(sub)
+            i = e
+        k += 1
+    NI[u, F_CHOFF] = off
+    NI[u, F_NCH] = m_old + m_new
+    added = 0
+    for j in range(len(new_nodes)):
+        T, size = build_subtree(T, S, PW, SPX, SPY, params, new_nodes[j], new_items[j])
+        added += size
+    NI = T[0]
+    if nd > 0:
+        rest = np.empty(nd, np.int32)
+        for j in range(nd):
+            rest[j] = items[order[j]]
+        init_node(T, d, u, l + 1, 0, sp, depth + 1, x0, y0, x1, y1)
+        T, size = build_subtree(T, S, PW, SPX, SPY, params, d, rest)
+        NI = T[0]
+        added += size
+    else:
+        NI[u, F_DUMMY] = -1
+        T = _free_node(T, d)
+        NI = T[0]
+    NI[u, F_WD_OLD] = nd
+    NI[u, F_WD_CUR] = nd
+    NI[u, F_NUPD] = 0
+    p = u
+    while p >= 0:
+        NI[p, F_SIZE] += added - old_size
+        p = NI[p, F_PARENT]
+    T[10][C_PROMOTIONS] += 1
+    return T
+
+
+@njit(cache=True)
+def _free_node(T, nid):
+    """Recycle node id ``nid`` (its subtree already freed)."""
+    FREE = T[9]
+    CNT = T[10]
+    if CNT[C_FREE] == FREE.shape[0]:
+        F2 = np.zeros(2 * FREE.shape[0] + 16, np.int32)
+        F2[: FREE.shape[0]] = FREE
+        FREE = F2
+        T = (T[0], T[1], T[2], T[3], T[4], T[5], T[6], T[7], T[8], F2, T[10], T[11])
+    T[0][nid, F_TYPE] = FREED
+    FREE[CNT[C_FREE]] = nid
+    CNT[C_FREE] += 1
+    return T

@@ -28,6 +28,7 @@ from shard.aptree.layout import (
     C_GARBAGE,
     C_LI,
     C_NODES,
+    C_PROMOTIONS,
     C_REBUILDS,
     C_ROOT,
     DEFAULT_FANOUT,
@@ -39,6 +40,7 @@ from shard.aptree.layout import (
     DEFAULT_MAX_SPAN,
     DEFAULT_THETA_KL,
     DEFAULT_THETA_P,
+    F_NBUILT,
     F_SIZE,
     F_TYPE,
     KNODE,
@@ -67,6 +69,12 @@ HOUSEKEEPING_EVERY = 64
 """Updates between two checks of pool garbage and of the KL size floor (each costs a few us)."""
 COMPACT_MIN_GARBAGE = 1 << 16
 """Pool slots orphaned before a compaction is considered (it costs one pass over the tree)."""
+REBUILD_WHOLE_MIN = 1_000
+REBUILD_WHOLE_MAX = 200_000
+"""A tree grown by subscribes is rebuilt whole each time it doubles from ``REBUILD_WHOLE_MIN``
+up to ``REBUILD_WHOLE_MAX`` subscriptions (``_rebuild_whole_if_doubled``); the last such
+rebuild takes ~1 s on the 2-core machine (real place names), once. Beyond it growth relies on
+the node-level maintenance alone."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +158,7 @@ class APTree:
         self._sub_stamp = np.zeros(1024, np.int64)
         self._stamp = 0
         self._n_updates = 0
+        self._built_size = 0
         self.verified = 0
         """Leaf entries verified by matching so far (the paper's cost measure)."""
 
@@ -175,6 +184,7 @@ class APTree:
     def rebuild(self, *, message_sample: Iterable[Message] | None = None) -> None:
         """Construct the whole tree anew from the live subscriptions (fresh keyword order too)."""
         store = self.store
+        self._built_size = len(store)
         self._terms_renumbered(store.reorder_terms(self.keyword_order))
         if message_sample is not None:
             sample = list(message_sample)
@@ -248,9 +258,27 @@ class APTree:
         self._ensure_stamps()
         T, todo, _, _ = insert_clauses(self._tree, self.store.columns(), self._params, clauses)
         self._tree = T
-        if todo.size:
+        if self._whole_rebuild_due():
+            self.rebuild()
+        elif todo.size:
             self._rebuild_nodes(todo)
         self._housekeeping()
+
+    def _whole_rebuild_due(self) -> bool:
+        """After insertions: whether to rebuild the whole tree (``rebuild``: a fresh keyword order
+        too) instead of the nodes they flagged: it holds twice what it held at its last whole
+        build, and between ``REBUILD_WHOLE_MIN`` and ``REBUILD_WHOLE_MAX`` subscriptions. A tree
+        grown from empty by subscribes otherwise keeps the order of the terms' arrival (a new
+        term goes last, as if it were the commonest) and the kinds of node chosen while it was
+        small. Amortised: twice a whole build over the growth, at most. (Or its root's entries
+        doubled, which would rebuild the root, i.e. the whole tree, anyway.)"""
+        n = len(self.store)
+        if not REBUILD_WHOLE_MIN <= n <= REBUILD_WHOLE_MAX:
+            return False
+        NI = self._tree[0]
+        root = int(self._tree[10][C_ROOT])
+        # the root's entries count a clause once per s-node cell it is in: they may double first
+        return n >= 2 * self._built_size or NI[root, F_SIZE] >= 2 * NI[root, F_NBUILT]
 
     def unsubscribe(self, sub_id: str) -> None:
         """Remove the subscription ``sub_id`` (NotFoundError if unknown). O(depth + leaf size)."""
@@ -377,6 +405,7 @@ class APTree:
             "leaf_slots": int(CNT[C_LI]),
             "garbage_slots": int(CNT[C_GARBAGE]),
             "rebuilds": int(CNT[C_REBUILDS]),
+            "promotions": int(CNT[C_PROMOTIONS]),
         }
 
     def _check(self) -> None:
