@@ -103,6 +103,21 @@ return 1
 ).encode()
 """``Metadata.unmark``: ARGV = hash key prefix, the untold set, force ('1' / '0'), the ids."""
 
+DELETE_SCRIPT = b"""#!lua flags=allow-oom
+local prefix, pos, subs, eph = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+for i = 5, #ARGV do
+  local id = ARGV[i]
+  redis.call('DEL', prefix .. id)
+  redis.call('HDEL', pos, id)
+  redis.call('SREM', subs, id)
+  redis.call('SREM', eph, id)
+end
+return 1
+"""
+"""``delete_subscriptions``: ARGV = hash key prefix, the position hash, the id set, the ephemeral
+set, then the ids. ``allow-oom``: a full Redis must still let subscriptions go (each command
+frees memory)."""
+
 REDIS_RETRIES = 1
 """Retries of a command that failed on a broken connection or timed out (a connection left
 over from a Redis that restarted fails once, then the retry reconnects)."""
@@ -229,16 +244,20 @@ class Metadata:
         return {i.decode() for i in await self._call(self.r.smembers(codec.ephemeral_key(self.ns)))}
 
     async def delete_subscriptions(self, ids: Iterable[str]) -> None:
+        """Forget subscriptions (their hash, position, and membership of the id and ephemeral
+        sets) in one script call (``DELETE_SCRIPT``): a redis-py pipeline of four commands a
+        subscription took ~60 % of the coordinator's time in batched Unsubscribes (py-spy,
+        docs/BENCHMARKS.md [2.2])."""
         ids = list(ids)
         if not ids:
             return
-        pipe = self.r.pipeline(transaction=False)
-        for i in ids:
-            pipe.delete(self.key("sub", i))
-            pipe.hdel(self.pos_key, i)
-            pipe.srem(self.key("subs"), i)
-            pipe.srem(codec.ephemeral_key(self.ns), i)
-        await self._call(pipe.execute())
+        args = [
+            codec.sub_key(self.ns, "").encode(),
+            self.pos_key.encode(),
+            codec.subs_key(self.ns).encode(),
+            codec.ephemeral_key(self.ns).encode(),
+        ]
+        await self.eval_packed(DELETE_SCRIPT, args + [i.encode() for i in ids])
 
     async def get_subscription(self, sub_id: str) -> Subscription | None:
         raw = await self._call(self.r.hget(codec.sub_key(self.ns, sub_id), codec.SUB_FIELD))

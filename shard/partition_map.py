@@ -95,11 +95,19 @@ class PartitionMap:
         return hit.argmax(axis=1)
 
     def overlapping(self, bbox: Sequence[float]) -> list[int]:
-        """Every part whose closed box meets the closed box ``bbox``. O(parts)."""
-        b = self.boxes
-        x0, y0, x1, y1 = (float(v) for v in bbox)
-        hit = (b[:, 0] <= x1) & (x0 <= b[:, 2]) & (b[:, 1] <= y1) & (y0 <= b[:, 3])
-        return np.flatnonzero(hit).tolist()
+        """Every part whose closed box meets the closed box ``bbox``. O(parts), in plain Python:
+        the coordinator asks once per subscription, and numpy's per-call cost on a handful of
+        parts was ~6 us of its ~40 us a subscribe (py-spy, docs/BENCHMARKS.md [2.2]).
+
+        >>> PartitionMap.build([(-10.0, 0.0), (10.0, 0.0)], 2).overlapping((-1.0, 0.0, 1.0, 1.0))
+        [0, 1]
+        """
+        x0, y0, x1, y1 = bbox
+        return [
+            k
+            for k, (a0, b0, a1, b1) in enumerate(self._rows)
+            if a0 <= x1 and x0 <= a1 and b0 <= y1 and y0 <= b1
+        ]
 
     def overlapping_many(self, bboxes: np.ndarray) -> list[list[int]]:
         """``overlapping`` of many boxes ``(n, 4)`` at once (the same closed-box test, one

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import random
 
+import hypothesis.strategies as st
 import numpy as np
 import pytest
+from hypothesis import given, settings
 from workloads import assert_same_matches, random_message, random_subscription
 
 from shard.aptree import APTree
@@ -287,3 +289,35 @@ def test_match_encoded_counts_verifications():
     assert out_m.tolist() == [0, 0, 0] and sorted(out_s.tolist()) == [0, 1, 2]
     assert tree.verified == 3
     assert isinstance(out_s, np.ndarray)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), gone=st.integers(0, 30), batch=st.integers(1, 40))
+def test_add_many_stores_what_add_stores_one_by_one(seed, gone, batch):
+    """The batched ``add_many`` (a shard's round of new subscriptions) leaves every column,
+    slot and clause row as ``add`` one by one does, free slots and clause blocks reused."""
+    from shard.aptree.store import SubscriptionStore
+
+    rng = random.Random(seed)
+    first = [random_subscription(rng, f"a{i}") for i in range(40)]
+    later = [random_subscription(rng, f"b{i}") for i in range(batch)]
+    stores = [SubscriptionStore(), SubscriptionStore()]
+    for store in stores:
+        for s in first:
+            store.add(s)
+        for s in first[:gone]:
+            store.remove(s.id)
+    one, many = stores
+    got_one = [one.add(s) for s in later]
+    slots, clauses, off = many.add_many(later)
+    assert slots.tolist() == [g[0] for g in got_one]
+    assert [clauses[off[i] : off[i + 1]].tolist() for i in range(batch)] == [
+        g[1].tolist() for g in got_one
+    ]
+    for name in ("kind", "bbox", "circ", "moving", "first_clause", "n_clauses", "tag", "last_t"):
+        assert np.array_equal(getattr(one, name), getattr(many, name)), name
+    for name in ("cl_sub", "cl_off", "cl_len"):
+        assert np.array_equal(getattr(one, name), getattr(many, name)), name
+    assert np.array_equal(one.terms[: one.n_terms], many.terms[: many.n_terms])
+    assert one.slot_of == many.slot_of and list(one.ids) == list(many.ids)
+    assert one.vocab == many.vocab and one.n_clause_rows == many.n_clause_rows

@@ -318,6 +318,40 @@ def test_a_full_redis_answers_resource_exhausted_and_keeps_nothing_of_the_subscr
     asyncio.run(main())
 
 
+def test_a_full_redis_still_lets_subscriptions_go(small_redis):
+    """At its maxmemory Redis refuses writes, but an Unsubscribe frees memory: it succeeds and
+    forgets the subscription whole (its hash, position, and membership of the id and ephemeral
+    sets: one script that runs under ``allow-oom``)."""
+    server, raw = small_redis
+    ns = uuid.uuid4().hex
+    subs = [
+        pb.Subscription(id=f"s{i}", keywords=["x"], rect=pb.Rect(max_lon=1, max_lat=1))
+        for i in range(3)
+    ]
+    subs[1].ephemeral = True
+
+    async def main():
+        s = Settings.load(flags={"port": 0, "redis_url": server.url, "namespace": ns})
+        srv, port, app = await create_server(s, lambda k: LocalShard(k))
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            stub = pb_grpc.GeoPubSubStub(ch)
+            await stub.Subscribe(pb.SubscribeRequest(subscriptions=subs))
+            assert raw.smembers(f"{ns}:ephemeral") == {b"s1"}
+            for sid in ("s0", "s1", "s2"):  # as if they had moved (rounds write these)
+                raw.hset(app.md.pos_key, sid, b"\0" * 16)
+            filler = _fill(raw)
+            await stub.Unsubscribe(pb.UnsubscribeRequest(ids=["s0", "s1"]))
+            assert raw.smembers(f"{ns}:subs") == {b"s2"}
+            assert raw.smembers(f"{ns}:ephemeral") == set()
+            assert not raw.exists(f"{ns}:sub:s0", f"{ns}:sub:s1")
+            assert not raw.hexists(app.md.pos_key, "s0") and not raw.hexists(app.md.pos_key, "s1")
+            assert raw.exists(f"{ns}:sub:s2") and raw.hexists(app.md.pos_key, "s2")
+            raw.delete(*filler)
+        await stop_server(srv, app)
+
+    asyncio.run(main())
+
+
 def test_one_subscription_is_written_whole_or_not_at_all_at_the_maxmemory_border(small_redis):
     """Swept across the border of Redis's maxmemory, ``put_subscriptions`` of one subscription
     (a Subscribe) leaves all of it or none (a pipeline left parts: the hash without the id in

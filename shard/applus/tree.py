@@ -399,17 +399,11 @@ class APPlusTree(APTree):
         if not subs:
             return []
         st = self.store
-        slots = np.empty(len(subs), np.int64)
-        parts = []
-        for i, sub in enumerate(subs):
-            slots[i], clauses = st.add(sub)
-            parts.append(clauses)
+        slots, clauses, off = st.add_many(subs)
         st.last_t[slots] = self.now
-        off = np.zeros(len(subs) + 1, np.int64)
-        np.cumsum([len(p) for p in parts], out=off[1:])
         self._sync()
         T, todo, reached, reached_off, created = insert_clause_groups(
-            self._tree, st.columns(), self._params, np.concatenate(parts), off
+            self._tree, st.columns(), self._params, clauses, off
         )
         self._tree = T
         self._sync()
