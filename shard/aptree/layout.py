@@ -90,7 +90,8 @@ P_GAP_TO_DUMMY = 9  # 1.0: an inserted clause whose L-th keyword lies between cu
 P_MOVE_COST = 10  # 1.0: add the moving penalty Cslu + Circ (Eq. 9, 13) to s-node costs
 P_MSG_RATE = 11  # r_m, messages per second (Eq. 7), when P_MOVE_COST is on
 P_KEYWORD_FANOUT = 12  # cuts per k-node at most; 0: one cut per distinct keyword
-N_PARAMS = 13
+P_GROWTH = 13  # a k-node grown this many times its size at construction is reconstructed whole
+N_PARAMS = 14
 
 MOVE_SIM_STEPS = 32
 """T_max of Alg. 8: update intervals simulated ahead when estimating TΔ."""
@@ -132,6 +133,13 @@ DEFAULT_MAX_SPAN = 4
 many cells: then it goes to the dummy cell with the regions that contain the node (and is
 partitioned by keyword only below). Matching stays exact since leaves verify every region; the
 bound keeps replication, memory and update cost in check (see docs/BENCHMARKS.md)."""
+
+DEFAULT_GROWTH = 4.0
+"""A tree grown by subscribes is rebuilt whole (fresh keyword order) each time it has grown this
+many times over (``APTree._whole_rebuild_due``), and a k-node that has is reconstructed whole
+instead of promoting its dummy (``maintain._promotable``). 4 rather than 2: half the insert
+cost (22 against 44 us in process, places grown from 100 to 200,000) for the same matching
+speed of the grown tree (docs/BENCHMARKS.md, [2.2])."""
 
 DEFAULT_MAX_DEPTH = 32
 """Safety bound on tree depth; a node this deep is a leaf whatever the cost model says."""

@@ -65,6 +65,7 @@ from shard.aptree.layout import (
     KNODE,
     LEAF,
     P_GAP_TO_DUMMY,
+    P_GROWTH,
     P_KEYWORD_FANOUT,
     P_KL_CHECK_FRACTION,
     P_KL_MIN_SIZE,
@@ -631,7 +632,7 @@ def _promotable(T, params, u):
         and params[P_GAP_TO_DUMMY] > 0.5
         and params[P_KEYWORD_FANOUT] == 0
         and NI[u, F_SIZE] >= params[P_THETA_P]  # else it collapses into a leaf
-        and NI[u, F_SIZE] < 2 * NI[u, F_NBUILT]
+        and NI[u, F_SIZE] < params[P_GROWTH] * NI[u, F_NBUILT]
     )
 
 

@@ -32,6 +32,7 @@ from shard.aptree.layout import (
     C_REBUILDS,
     C_ROOT,
     DEFAULT_FANOUT,
+    DEFAULT_GROWTH,
     DEFAULT_KEYWORD_FANOUT,
     DEFAULT_KEYWORD_ORDER,
     DEFAULT_KL_CHECK_FRACTION,
@@ -47,6 +48,7 @@ from shard.aptree.layout import (
     LEAF,
     N_PARAMS,
     P_FANOUT,
+    P_GROWTH,
     P_KEYWORD_DP,
     P_KEYWORD_FANOUT,
     P_KL_CHECK_FRACTION,
@@ -71,10 +73,11 @@ COMPACT_MIN_GARBAGE = 1 << 16
 """Pool slots orphaned before a compaction is considered (it costs one pass over the tree)."""
 REBUILD_WHOLE_MIN = 1_000
 REBUILD_WHOLE_MAX = 200_000
-"""A tree grown by subscribes is rebuilt whole each time it doubles from ``REBUILD_WHOLE_MIN``
-up to ``REBUILD_WHOLE_MAX`` subscriptions (``_rebuild_whole_if_doubled``); the last such
-rebuild takes ~1 s on the 2-core machine (real place names), once. Beyond it growth relies on
-the node-level maintenance alone."""
+"""A tree grown by subscribes is rebuilt whole each time it has grown ``DEFAULT_GROWTH`` times
+over, from ``REBUILD_WHOLE_MIN`` up to ``REBUILD_WHOLE_MAX`` subscriptions
+(``_whole_rebuild_due``); the shard pauses for each as long as a whole build of that many (1.7
+s for 200,000 real place names on the 2-core machine). Beyond it growth relies on the node-level
+maintenance alone."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +143,7 @@ class APTree:
         self.kl_min_fraction = kl_min_fraction
         self.store = SubscriptionStore()
         self._params = np.zeros(N_PARAMS)
+        self._params[P_GROWTH] = DEFAULT_GROWTH
         self._params[P_FANOUT] = fanout
         self._params[P_KEYWORD_FANOUT] = keyword_fanout
         self._params[P_THETA_P] = theta_p
@@ -266,19 +270,20 @@ class APTree:
 
     def _whole_rebuild_due(self) -> bool:
         """After insertions: whether to rebuild the whole tree (``rebuild``: a fresh keyword order
-        too) instead of the nodes they flagged: it holds twice what it held at its last whole
-        build, and between ``REBUILD_WHOLE_MIN`` and ``REBUILD_WHOLE_MAX`` subscriptions. A tree
-        grown from empty by subscribes otherwise keeps the order of the terms' arrival (a new
-        term goes last, as if it were the commonest) and the kinds of node chosen while it was
-        small. Amortised: twice a whole build over the growth, at most. (Or its root's entries
-        doubled, which would rebuild the root, i.e. the whole tree, anyway.)"""
+        too) instead of the nodes they flagged: it holds ``P_GROWTH`` times what it held at its
+        last whole build (or its root's entries grew so, which would reconstruct the root, i.e.
+        the whole tree, anyway), and between ``REBUILD_WHOLE_MIN`` and ``REBUILD_WHOLE_MAX``
+        subscriptions. A tree grown from empty by subscribes otherwise keeps the order of the
+        terms' arrival (a new term goes last, as if it were the commonest) and the kinds of node
+        chosen while it was small. Amortised: g / (g - 1) whole builds over the growth."""
         n = len(self.store)
         if not REBUILD_WHOLE_MIN <= n <= REBUILD_WHOLE_MAX:
             return False
         NI = self._tree[0]
         root = int(self._tree[10][C_ROOT])
-        # the root's entries count a clause once per s-node cell it is in: they may double first
-        return n >= 2 * self._built_size or NI[root, F_SIZE] >= 2 * NI[root, F_NBUILT]
+        # the root's entries count a clause once per s-node cell it is in: they may grow first
+        g = self._params[P_GROWTH]
+        return n >= g * self._built_size or NI[root, F_SIZE] >= g * NI[root, F_NBUILT]
 
     def unsubscribe(self, sub_id: str) -> None:
         """Remove the subscription ``sub_id`` (NotFoundError if unknown). O(depth + leaf size)."""
