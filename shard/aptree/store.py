@@ -157,22 +157,10 @@ class SubscriptionStore:
         clause_ids = [[self.term_id(t) for t in clause] for clause in sub.clauses]
         slot = self.free_slots.pop() if self.free_slots else self._new_slot()
         kind, bb, circ = region_columns(sub.region)
-        self.kind[slot] = kind
-        self.bbox[slot] = bb
-        self.circ[slot] = circ
-        self.moving[slot] = sub.moving
-        self.vel[slot] = 0.0
-        self.upd_dt[slot] = 0.0
-        self.last_t[slot] = -np.inf
-        self.tag[slot] = -1
+        self._init_rows(slot, kind, bb, circ, sub.moving)
         k = len(clause_ids)
-        block = self.free_clauses.get(k)
-        if block:
-            first = block.pop()
-        else:
-            first = self.n_clause_rows
-            self._grow_clauses(first + k)
-            self.n_clause_rows += k
+        first = self._clause_rows(k)
+        self._grow_clauses(self.n_clause_rows)
         n_t = sum(len(c) for c in clause_ids)
         self._grow_terms(self.n_terms + n_t)
         pos = self.n_terms
@@ -208,26 +196,20 @@ class SubscriptionStore:
         slot_list = taken + list(range(start, self.n_slots))
         slots = np.array(slot_list, np.int64)
         cols = [region_columns(s.region) for s in subs]
-        self.kind[slots] = [c[0] for c in cols]
-        self.bbox[slots] = [c[1] for c in cols]
-        self.circ[slots] = [c[2] for c in cols]
-        self.moving[slots] = [s.moving for s in subs]
-        self.vel[slots] = 0.0
-        self.upd_dt[slots] = 0.0
-        self.last_t[slots] = -np.inf
-        self.tag[slots] = -1
+        self._init_rows(
+            slots,
+            [c[0] for c in cols],
+            [c[1] for c in cols],
+            [c[2] for c in cols],
+            [s.moving for s in subs],
+        )
         n_terms = sum(len(ids) for cl in clause_ids for ids in cl)
         self._grow_terms(self.n_terms + n_terms)  # may compact: positions are taken after it
         firsts = []
         rows: list[int] = []
         for cl in clause_ids:
             k = len(cl)
-            block = self.free_clauses.get(k)
-            if block:
-                first = block.pop()
-            else:
-                first = self.n_clause_rows
-                self.n_clause_rows += k
+            first = self._clause_rows(k)
             firsts.append(first)
             rows.extend(range(first, first + k))
         self._grow_clauses(self.n_clause_rows)
@@ -248,6 +230,28 @@ class SubscriptionStore:
         off = np.zeros(n + 1, np.int64)
         np.cumsum([len(cl) for cl in clause_ids], out=off[1:])
         return slots, r.astype(np.int32), off
+
+    def _init_rows(self, slots, kind, bbox, circ, moving) -> None:
+        """The columns of new subscription rows ``slots`` (a slot, or an array of them with a
+        value or a sequence per column): region, moving flag, no motion known yet, no tag."""
+        self.kind[slots] = kind
+        self.bbox[slots] = bbox
+        self.circ[slots] = circ
+        self.moving[slots] = moving
+        self.vel[slots] = 0.0
+        self.upd_dt[slots] = 0.0
+        self.last_t[slots] = -np.inf
+        self.tag[slots] = -1
+
+    def _clause_rows(self, k: int) -> int:
+        """The first of ``k`` consecutive clause rows: a freed block of ``k``, else new rows
+        (the caller grows the clause columns to ``n_clause_rows``)."""
+        block = self.free_clauses.get(k)
+        if block:
+            return block.pop()
+        first = self.n_clause_rows
+        self.n_clause_rows += k
+        return first
 
     def add_bulk(self, subs: Iterable[Subscription]) -> int:
         """Append many subscriptions to an empty store in one pass (the bulk-load path: columns
