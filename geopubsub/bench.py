@@ -268,15 +268,31 @@ def _warm_up_moving() -> None:
 
 
 def _match_all(index, msgs: list[Message], args) -> tuple[float, list[tuple[str, str]] | int]:
-    """Match in batches; returns (seconds, pairs list if --out else count)."""
+    """Match in batches; returns (seconds, pairs list if --out else count). An index with the
+    encoded path (``encode`` / ``match_encoded``) is timed by phase too: ``index.phase_s`` holds
+    the seconds spent encoding messages, in the compiled match and turning slots into ids
+    (``match_batch`` is exactly those three)."""
     want_pairs = getattr(args, "out", None) is not None
     pairs: list[tuple[str, str]] = []
     count = 0
+    phased = hasattr(index, "match_encoded")
+    phase = [0.0, 0.0, 0.0]
     t0 = time.perf_counter()
     last = t0
     for i in range(0, len(msgs), MATCH_BATCH):
         batch = msgs[i : i + MATCH_BATCH]
-        result = index.match_batch(batch)
+        if phased:
+            a = time.perf_counter()
+            encoded = index.encode(batch)
+            b = time.perf_counter()
+            out_m, out_s = index.match_encoded(encoded)
+            c = time.perf_counter()
+            result = index.ids_of(len(batch), out_m, out_s)
+            phase[0] += b - a
+            phase[1] += c - b
+            phase[2] += time.perf_counter() - c
+        else:
+            result = index.match_batch(batch)
         for m, ids in zip(batch, result, strict=True):
             count += len(ids)
             if want_pairs:
@@ -285,7 +301,17 @@ def _match_all(index, msgs: list[Message], args) -> tuple[float, list[tuple[str,
         if now - last > 5:
             _log(args, f"  matched {i + len(batch):,}/{len(msgs):,} messages")
             last = now
+    if phased:
+        index.phase_s = phase
     return time.perf_counter() - t0, (pairs if want_pairs else count)
+
+
+def _phases_us(runs: list[list[float]], n: int) -> dict[str, float]:
+    """Median µs per message of each phase over the runs (encode, match, ids)."""
+    return {
+        name: round(statistics.median(r[k] for r in runs) / max(n, 1) * 1e6, 2)
+        for k, name in enumerate(("encode_us", "kernel_us", "ids_us"))
+    }
 
 
 def run_match(args) -> int:
@@ -298,6 +324,7 @@ def run_match(args) -> int:
         raise ValidationError("--repeat", args.repeat, "must be >= 1")
     builds: list[float] = []
     matches: list[float] = []
+    phases: list[list[float]] = []
     index: APTree | InvertedList | BruteMatcher
     if args.index in ("aptree", "invlist"):
         index = APTree(**_tree_options(args)) if args.index == "aptree" else InvertedList()
@@ -314,6 +341,7 @@ def run_match(args) -> int:
             _log(args, f"run {run + 1}: built {args.index} in {builds[-1]:.2f} s; matching")
             match_s, result = _match_all(index, msgs, args)
             matches.append(match_s)
+            phases.append(index.phase_s)
         n_subs = len(index)
     else:
         index = BruteMatcher(_read_subs(args, errors))
@@ -355,6 +383,8 @@ def run_match(args) -> int:
         "build_s_runs": [round(b, 3) for b in builds],
         "match_s_runs": [round(m, 4) for m in matches],
     }
+    if phases:
+        report["phases"] = _phases_us(phases, len(msgs))
     invlist = None
     if isinstance(index, APTree) and args.invlist_baseline:
         report["invlist"], invlist = _invlist_beside(args, index, msgs, report, result)
@@ -375,6 +405,7 @@ def _invlist_beside(
     (and, with ``--out``, whether the pairs themselves are identical)."""
     builds: list[float] = []
     matches: list[float] = []
+    phases: list[list[float]] = []
     for run in range(args.repeat):
         t0 = time.perf_counter()
         invlist = InvertedList.from_store(tree.store)
@@ -382,6 +413,7 @@ def _invlist_beside(
         _log(args, f"inverted list run {run + 1}: built in {builds[-1]:.2f} s; matching")
         match_s, result = _match_all(invlist, msgs, args)
         matches.append(match_s)
+        phases.append(invlist.phase_s)
     match_s = statistics.median(matches)
     us = match_s / max(len(msgs), 1) * 1e6
     pairs = len(result) if isinstance(result, list) else result
@@ -393,6 +425,7 @@ def _invlist_beside(
         "aptree_pairs": report["pairs"],
         "aptree_speedup": round(us / report["us_per_msg"], 2) if report["us_per_msg"] else None,
         "match_s_runs": [round(m, 4) for m in matches],
+        "phases": _phases_us(phases, len(msgs)),
         "stats": invlist.stats(),
     }
     if isinstance(result, list):
@@ -441,6 +474,8 @@ def _print_summary(r: dict) -> None:
     print(
         f"match          {r['match_s']:.3f} s   {r['us_per_msg']:.1f} us/msg   {r['msgs_per_s'] or 0:,.0f} msgs/s"
     )
+    if "phases" in r:
+        print(f"  per message  {_phases_text(r['phases'])}")
     print(f"matches        {r['pairs']:,} pairs")
     name = {"aptree": "AP-Tree", "invlist": "inverted list"}.get(r["index"], r["index"])
     if "invlist" in r:
@@ -452,6 +487,7 @@ def _print_summary(r: dict) -> None:
             f"inverted list  {v['us_per_msg']:.1f} us/msg on all {r['n_msgs']:,} msgs (built in {v['build_s']:.2f} s) -> "
             f"AP-Tree is {ratio}; pairs {v['pairs']:,} / aptree {v['aptree_pairs']:,}{same}"
         )
+        print(f"  per message  {_phases_text(v['phases'])}")
     if "baseline" in r:
         b = r["baseline"]
         counts = " / ".join(
@@ -462,6 +498,12 @@ def _print_summary(r: dict) -> None:
             f"pairs {counts} ({'identical' if b['identical'] else 'DIFFERENT'})"
         )
     print(f"peak RSS       {r['peak_rss_mb']:,.0f} MB")
+
+
+def _phases_text(p: dict[str, float]) -> str:
+    return (
+        f"encode {p['encode_us']:.1f} us + match {p['kernel_us']:.1f} us + ids {p['ids_us']:.1f} us"
+    )
 
 
 def run_update(args) -> int:

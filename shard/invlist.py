@@ -33,7 +33,8 @@ from numba import njit
 
 from shard.aptree.match import all_stamped, grown
 from shard.aptree.store import SubscriptionStore
-from shard.aptree.tree import EncodedMessages, encode_messages
+from shard.aptree.tree import EncodedMessages, encode_messages, ids_by_message
+from shard.aptree.vocab import VocabTable
 from shard.geometry import exact_hit
 from shard.model import Message, Subscription
 
@@ -148,7 +149,7 @@ class InvertedList:
     def __init__(self) -> None:
         self.store = SubscriptionStore()
         """The columns the list is built from (``rebuild`` reads them; matching does not)."""
-        self._vocab: dict[str, int] = {}
+        self._vocab = VocabTable()
         self._ids = np.full(0, None, dtype=object)
         self._n_live = 0
         self._kind = np.zeros(0, np.int8)
@@ -193,7 +194,7 @@ class InvertedList:
         """Index the store's live subscriptions as they are now (rarity counted anew)."""
         store = self.store
         n_slots = store.n_slots
-        self._vocab = dict(store.vocab)
+        self._vocab = store.vocab_table().copy()
         self._ids = store.ids[:n_slots].copy()
         self._n_live = len(store)
         self._kind = store.kind[:n_slots].copy()
@@ -215,7 +216,7 @@ class InvertedList:
             store.bbox,
             self._freq,
         )
-        self._term_stamp = np.zeros(len(self._vocab) + 1, np.int64)
+        self._term_stamp = np.zeros(len(store.vocab_terms) + 1, np.int64)
         self._sub_stamp = np.zeros(n_slots, np.int64)
         self._stamp = 0
 
@@ -252,9 +253,11 @@ class InvertedList:
         []
         """
         out_m, out_s = self.match_encoded(self.encode(messages))
-        names = self._ids[out_s].tolist()
-        bounds = np.searchsorted(out_m, np.arange(len(messages) + 1)).tolist()
-        return [names[bounds[i] : bounds[i + 1]] for i in range(len(messages))]
+        return self.ids_of(len(messages), out_m, out_s)
+
+    def ids_of(self, n: int, out_m: np.ndarray, out_s: np.ndarray) -> list[list[str]]:
+        """``match_encoded``'s pairs of a batch of ``n`` messages as each message's ids."""
+        return ids_by_message(self._ids, n, out_m, out_s)
 
     def match(self, message: Message) -> list[str]:
         """The ids of the subscriptions ``message`` matches (order unspecified)."""

@@ -19,7 +19,6 @@ R(s, t) = {live m : m matches s at its current region} after every operation.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 
@@ -274,14 +273,18 @@ class APPlusTree(APTree):
             if keep and (m.id in self.msgs.slot_of or m.id in seen):
                 raise ValidationError("id", m.id, "a live message already has this id")
             seen.add(m.id)
-        # stored messages intern every term: a subscription may use it later
-        term_id, get, minus = self.store.term_id, self.store.vocab.get, itertools.repeat(-1)
-        flat: list[int] = []
-        for m, keep in zip(messages, stored, strict=True):
-            flat.extend(map(term_id, m.terms) if keep else map(get, m.terms, minus))
-        off, terms = pack_terms(
-            np.array(flat, np.int32), np.array([len(m.terms) for m in messages], np.int64)
-        )
+        term_lists = [m.terms for m in messages]
+        flat = [t for ts in term_lists for t in ts]
+        ids = self.store.vocab_table().lookup(flat)
+        lens = np.fromiter(map(len, term_lists), np.int64, len(messages))
+        unknown = np.flatnonzero(ids < 0)
+        if unknown.size and any(stored):
+            # stored messages intern every term: a subscription may use it later
+            term_id = self.store.term_id
+            of_stored = np.repeat(np.array(stored, np.bool_), lens)[unknown]
+            for i in unknown[of_stored].tolist():
+                ids[i] = term_id(flat[i])
+        off, terms = pack_terms(ids, lens)
         kind = np.array([type(m.location) is not Point for m in messages], np.int8)
         geom = np.array([_box(m.location) for m in messages], np.float64).reshape(-1, 4)
         slot_of_q = np.full(len(messages), -1, np.int32)

@@ -25,19 +25,20 @@ FREED = -1
 
 # ---- NI fields --------------------------------------------------------------------------
 F_TYPE = 0
+# the fields a match visit reads come first, so that a visit touches one or two cache lines
 F_L = 1  # keyword offset: a k-node partitions on each clause's term number L (0-based)
-F_KP = 2  # may this subtree still partition by keyword?
-F_SP = 3  # ... by space?
-F_PARENT = 4
-F_SIZE = 5  # leaf entries in the subtree (a clause replicated over cells counts per cell)
-F_CHOFF = 6
-F_NCH = 7
-F_DUMMY = 8  # dummy cut / dummy cell child, -1 when absent
-F_BOFF = 9
-F_NX = 10
-F_NY = 11
-F_LOFF = 12
-F_LLEN = 13
+F_LOFF = 2
+F_LLEN = 3
+F_DUMMY = 4  # dummy cut / dummy cell child, -1 when absent
+F_CHOFF = 5
+F_NCH = 6
+F_BOFF = 7
+F_NX = 8
+F_NY = 9
+F_KP = 10  # may this subtree still partition by keyword?
+F_SP = 11  # ... by space?
+F_PARENT = 12
+F_SIZE = 13  # leaf entries in the subtree (a clause replicated over cells counts per cell)
 F_LCAP = 14
 F_WD_OLD = 15  # dummy weight at construction
 F_WD_CUR = 16  # dummy weight now

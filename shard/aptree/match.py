@@ -70,6 +70,10 @@ def grown(a, n):
     return b
 
 
+_SHORT = 32
+"""Messages of at most this many terms are sorted by insertion (a sort call cost more)."""
+
+
 @njit(cache=True)
 def pack_terms(ids, lens):
     """CSR of a message batch from per-message term ids (-1: unknown, dropped): each message's
@@ -80,14 +84,29 @@ def pack_terms(ids, lens):
     pos = 0
     src = 0
     for q in range(n):
-        seg = np.sort(ids[src : src + lens[q]])
-        src += lens[q]
-        prev = -1
-        for t in seg:
-            if t >= 0 and t != prev:
-                out[pos] = t
+        start = pos
+        if lens[q] <= _SHORT:
+            for i in range(src, src + lens[q]):
+                t = ids[i]
+                if t < 0:
+                    continue
+                j = pos
+                while j > start and out[j - 1] > t:
+                    j -= 1
+                if j > start and out[j - 1] == t:
+                    continue  # a duplicate
+                for k in range(pos, j, -1):
+                    out[k] = out[k - 1]
+                out[j] = t
                 pos += 1
-                prev = t
+        else:
+            prev = -1
+            for t in np.sort(ids[src : src + lens[q]]):
+                if t >= 0 and t != prev:
+                    out[pos] = t
+                    pos += 1
+                    prev = t
+        src += lens[q]
         off[q + 1] = pos
     return off, out[:pos].copy()
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 from numba import njit
 
+from shard.aptree.vocab import VocabTable
 from shard.errors import NotFoundError
 from shard.geometry import region_columns
 from shard.model import Subscription
@@ -56,6 +57,8 @@ class SubscriptionStore:
         self.free_clauses: dict[int, list[int]] = {}
         self.vocab: dict[str, int] = {}
         self.vocab_terms: list[str] = []
+        self._table = VocabTable()
+        self._table_ids = 0  # the terms of ids below this are in _table (none renumbered since)
         self.moving = np.zeros(slot_cap, np.bool_)
         self.vel = np.zeros((slot_cap, 2), np.float64)
         """Estimated velocity (degrees/s, lon and lat) of a moving subscription (Sect. 4.3.1)."""
@@ -94,6 +97,15 @@ class SubscriptionStore:
             self.vocab[term] = tid
             self.vocab_terms.append(term)
         return tid
+
+    def vocab_table(self) -> VocabTable:
+        """``vocab`` as a compiled table (``shard.aptree.vocab``), brought up to date with the
+        terms added since it was last asked for. O(new terms)."""
+        n = len(self.vocab_terms)
+        if self._table_ids < n:
+            self._table.add(self.vocab_terms[self._table_ids :], range(self._table_ids, n))
+            self._table_ids = n
+        return self._table
 
     def encode_terms(self, terms: Iterable[str]) -> list[int]:
         """Known term ids of a message's terms, ascending; unknown terms cannot match and are dropped."""
@@ -442,6 +454,7 @@ class SubscriptionStore:
             rank_of_old = np.array(first + rest, np.int64)
         new_id = np.empty(v, np.int32)
         new_id[rank_of_old] = np.arange(v, dtype=np.int32)
+        self.vocab_table().renumber(new_id)
         if self.n_terms:
             self.terms[: self.n_terms] = new_id[self.terms[: self.n_terms]]
         self.vocab_terms = [self.vocab_terms[i] for i in rank_of_old]

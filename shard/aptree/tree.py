@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import repeat
 
 import numpy as np
 
@@ -63,6 +62,7 @@ from shard.aptree.layout import (
 from shard.aptree.maintain import delete_clauses, insert_clauses, rebuild_nodes
 from shard.aptree.match import match_kernel, pack_terms
 from shard.aptree.store import SubscriptionStore
+from shard.aptree.vocab import VocabTable
 from shard.errors import ValidationError
 from shard.model import Message, Point, Subscription
 
@@ -213,6 +213,9 @@ class APTree:
             self._spy = np.zeros(0)
             self._params[P_MSG_SAMPLE] = 0.0
         live = store.live_clauses()
+        # let the old tree go before the new one is built: the peak is one tree, not two
+        # (at 10M subscriptions 8.2 against 12.1 GB, docs/BENCHMARKS.md)
+        self._tree = None
         T = new_tree(
             node_cap=max(1024, live.size // 8),
             ch_cap=max(4096, live.size // 2),
@@ -345,7 +348,7 @@ class APTree:
     # ---- matching ---------------------------------------------------------------------------
     def encode(self, messages: Sequence[Message]) -> EncodedMessages:
         """Messages to kernel arrays (``encode_messages`` over this tree's vocabulary)."""
-        return encode_messages(messages, self.store.vocab)
+        return encode_messages(messages, self.store.vocab_table())
 
     def match_encoded(self, batch: EncodedMessages) -> tuple[np.ndarray, np.ndarray]:
         """(message index, subscription slot) for every match in the batch; compiled. Each
@@ -372,9 +375,11 @@ class APTree:
         []
         """
         out_m, out_s = self.match_encoded(self.encode(messages))
-        names = self.store.ids[out_s].tolist()
-        bounds = np.searchsorted(out_m, np.arange(len(messages) + 1)).tolist()
-        return [names[bounds[i] : bounds[i + 1]] for i in range(len(messages))]
+        return self.ids_of(len(messages), out_m, out_s)
+
+    def ids_of(self, n: int, out_m: np.ndarray, out_s: np.ndarray) -> list[list[str]]:
+        """``match_encoded``'s pairs of a batch of ``n`` messages as each message's ids."""
+        return ids_by_message(self.store.ids, n, out_m, out_s)
 
     def match(self, message: Message) -> list[str]:
         """The ids of the subscriptions ``message`` matches (order unspecified)."""
@@ -420,20 +425,22 @@ class APTree:
         check_tree(self)
 
 
-def encode_messages(messages: Sequence[Message], vocab: dict[str, int]) -> EncodedMessages:
+def encode_messages(messages: Sequence[Message], vocab: VocabTable) -> EncodedMessages:
     """Messages to kernel arrays: known term ids (``vocab``) ascending and de-duplicated,
-    unknown terms dropped (they cannot match). O(terms): one dict look-up per term in C
-    (``map``), the packing compiled. Shared by every index that takes ``EncodedMessages``.
+    unknown terms dropped (they cannot match). O(terms): the batch's terms looked up in one
+    compiled call (``VocabTable``), the packing compiled too. Shared by every index that takes
+    ``EncodedMessages``.
 
     >>> from shard.model import Rect
-    >>> e = encode_messages([Message("m", ("b", "a", "zz"), Rect(0, 0, 1, 1))], {"a": 1, "b": 0})
+    >>> v = VocabTable(); v.add(["b", "a"], [0, 1])
+    >>> e = encode_messages([Message("m", ("b", "a", "zz"), Rect(0, 0, 1, 1))], v)
     >>> e.terms.tolist(), e.kind.tolist()
     ([0, 1], [1])
     """
     n = len(messages)
-    flat = [t for m in messages for t in m.terms]
-    ids = np.array(list(map(vocab.get, flat, repeat(-1, len(flat)))), np.int32)
-    lens = np.array([len(m.terms) for m in messages], np.int64)
+    term_lists = [m.terms for m in messages]
+    lens = np.fromiter(map(len, term_lists), np.int64, n)
+    ids = vocab.lookup_lists(term_lists, int(lens.sum()))
     locs = [m.location for m in messages]
     kind = np.array([type(loc) is not Point for loc in locs], np.int8)
     geom = np.array(
@@ -447,6 +454,20 @@ def encode_messages(messages: Sequence[Message], vocab: dict[str, int]) -> Encod
     ).reshape(n, 4)
     off, terms = pack_terms(ids, lens)
     return EncodedMessages(off, terms, kind, geom)
+
+
+def ids_by_message(
+    ids: np.ndarray, n: int, out_m: np.ndarray, out_s: np.ndarray
+) -> list[list[str]]:
+    """(message index ascending, slot) pairs as the id lists of ``n`` messages, ``ids`` the
+    slots' ids (an object array). Shared by every index that matches ``EncodedMessages``.
+
+    >>> ids_by_message(np.array(["a", "b", "c"], object), 3, np.array([0, 0, 2]), np.array([2, 0, 1]))
+    [['c', 'a'], [], ['b']]
+    """
+    names = ids[out_s].tolist()
+    bounds = np.searchsorted(out_m, np.arange(n + 1)).tolist()
+    return [names[bounds[i] : bounds[i + 1]] for i in range(n)]
 
 
 def _centre(m: Message) -> tuple[float, float]:
