@@ -33,7 +33,7 @@ from numba import njit
 
 from shard.aptree.match import all_stamped, grown
 from shard.aptree.store import SubscriptionStore
-from shard.aptree.tree import STAMP_WRAP, EncodedMessages, encode_messages, ids_by_message
+from shard.aptree.tree import EncodedMessages, encode_messages, ids_by_message
 from shard.aptree.vocab import VocabTable
 from shard.geometry import exact_hit
 from shard.model import Message, Subscription
@@ -161,8 +161,8 @@ class InvertedList:
         self._toff = np.zeros(1, np.int64)
         self._terms = np.zeros(0, np.int32)
         self._freq = np.zeros(0, np.int64)
-        self._term_stamp = np.zeros(1, np.int32)
-        self._sub_stamp = np.zeros(0, np.int32)
+        self._term_stamp = np.zeros(1, np.int64)
+        self._sub_stamp = np.zeros(0, np.int64)
         self._stamp = 0
 
     # ---- construction -----------------------------------------------------------------------
@@ -216,8 +216,8 @@ class InvertedList:
             store.bbox,
             self._freq,
         )
-        self._term_stamp = np.zeros(len(store.vocab_terms) + 1, np.int32)
-        self._sub_stamp = np.zeros(n_slots, np.int32)
+        self._term_stamp = np.zeros(len(store.vocab_terms) + 1, np.int64)
+        self._sub_stamp = np.zeros(n_slots, np.int64)
         self._stamp = 0
 
     # ---- matching ---------------------------------------------------------------------------
@@ -228,10 +228,6 @@ class InvertedList:
     def match_encoded(self, batch: EncodedMessages) -> tuple[np.ndarray, np.ndarray]:
         """(message index, subscription slot) for every match in the batch, message indexes
         ascending; compiled. Each subscription appears at most once per message."""
-        if self._stamp > STAMP_WRAP:  # int32 stamps, as the AP-Tree's
-            self._term_stamp[:] = 0
-            self._sub_stamp[:] = 0
-            self._stamp = 0
         out_m, out_s, self._stamp = match_postings(
             self._start,
             self._sub,

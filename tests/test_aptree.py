@@ -321,18 +321,3 @@ def test_add_many_stores_what_add_stores_one_by_one(seed, gone, batch):
     assert np.array_equal(one.terms[: one.n_terms], many.terms[: many.n_terms])
     assert one.slot_of == many.slot_of and list(one.ids) == list(many.ids)
     assert one.vocab == many.vocab and one.n_clause_rows == many.n_clause_rows
-
-
-def test_stamps_restart_past_their_limit_and_matches_stay_exact():
-    from shard.aptree.tree import STAMP_WRAP
-
-    subs = [Subscription(f"s{i}", (("a", f"t{i % 3}"),), Rect(0, 0, 1, 1)) for i in range(9)]
-    tree = APTree.build(subs)
-    assert tree.match(Message("m", ("a",), Point(0.5, 0.5))) == []  # stamp 1 on "a"
-    tree._stamp = STAMP_WRAP
-    assert tree.match(Message("o", ("t1",), Point(0.5, 0.5))) == []
-    assert tree._stamp == STAMP_WRAP + 1
-    # the count restarts at 1: had "a" kept its first stamp, it would seem present here
-    assert tree.match(Message("n", ("t1",), Point(0.5, 0.5))) == []
-    assert tree._stamp == 1
-    assert sorted(tree.match(Message("p", ("a", "t1"), Point(0.5, 0.5)))) == ["s1", "s4", "s7"]

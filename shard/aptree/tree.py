@@ -158,8 +158,8 @@ class APTree:
         self._spx = np.zeros(0)
         self._spy = np.zeros(0)
         self._tree = new_tree()
-        self._term_stamp = np.zeros(1024, np.int32)
-        self._sub_stamp = np.zeros(1024, np.int32)
+        self._term_stamp = np.zeros(1024, np.int64)
+        self._sub_stamp = np.zeros(1024, np.int64)
         self._stamp = 0
         self._n_updates = 0
         self._built_size = 0
@@ -338,18 +338,12 @@ class APTree:
         self._params[P_KL_MIN_SIZE] = max(self._params[P_THETA_P], self.kl_min_fraction * size)
 
     def _ensure_stamps(self) -> None:
-        """Stamp arrays as long as the vocabulary and the slots; int32, half the cache lines of
-        int64, so all are cleared and the count restarts once it passes ``STAMP_WRAP``."""
         v = len(self.store.vocab_terms)
         if v > self._term_stamp.shape[0]:
-            self._term_stamp = np.zeros(max(v, 2 * self._term_stamp.shape[0]), np.int32)
+            self._term_stamp = np.zeros(max(v, 2 * self._term_stamp.shape[0]), np.int64)
         n = self.store.n_slots
         if n > self._sub_stamp.shape[0]:
-            self._sub_stamp = np.zeros(max(n, 2 * self._sub_stamp.shape[0]), np.int32)
-        if self._stamp > STAMP_WRAP:
-            self._term_stamp[:] = 0
-            self._sub_stamp[:] = 0
-            self._stamp = 0
+            self._sub_stamp = np.zeros(max(n, 2 * self._sub_stamp.shape[0]), np.int64)
 
     # ---- matching ---------------------------------------------------------------------------
     def encode(self, messages: Sequence[Message]) -> EncodedMessages:
@@ -429,11 +423,6 @@ class APTree:
         from shard.aptree.check import check_tree
 
         check_tree(self)
-
-
-STAMP_WRAP = 1 << 30
-"""Stamps restart from 0 past this; a call uses one a message (or move), far fewer than the
-2**31 - 1 - STAMP_WRAP left before int32 overflows."""
 
 
 def encode_messages(messages: Sequence[Message], vocab: VocabTable) -> EncodedMessages:
