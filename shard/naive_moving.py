@@ -142,6 +142,7 @@ class NaiveMoving:
         self.msgs = MessageStore()
         # the live messages hold term ids: follow the tree when a rebuild renumbers them
         self.tree._terms_renumbered = self.msgs.remap_terms
+        self.tree._terms_held = lambda: self.msgs.held_terms(len(self.tree.store.vocab_terms))
         self.cell = float(cell_deg)
         self.nx = max(1, math.ceil(360.0 / self.cell))
         self.ny = max(1, math.ceil(180.0 / self.cell))

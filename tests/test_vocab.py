@@ -1,6 +1,7 @@
 """The compiled vocabulary table (``shard.aptree.vocab``) against a plain dict: any strings
-(NUL bytes, lone surrogates, non-ASCII, the empty string), added in chunks, renumbered, and the
-store's table kept in step with its dict through subscribes and keyword reorders."""
+(NUL bytes, lone surrogates, non-ASCII, the empty string), added in chunks, renumbered, dropped
+and revived, and the store's table kept in step with its dict through subscribes, removals and
+keyword reorders (which drop the terms no subscription holds)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ TERMS = st.text(alphabet=st.characters(exclude_categories=()), max_size=12)
 
 @settings(max_examples=80, deadline=None)
 @given(
-    chunks=st.lists(st.lists(TERMS, max_size=40), max_size=6),
+    chunks=st.lists(
+        st.lists(TERMS | st.sampled_from(["a", "b", "c", "d"]), max_size=40), max_size=6
+    ),
     queries=st.lists(TERMS, max_size=60),
     seed=st.integers(0, 2**32 - 1),
 )
@@ -31,13 +34,15 @@ def test_lookups_equal_a_dict_through_adds_and_renumbering(chunks, queries, seed
         base = len(ids)
         table.add(new, range(base, base + len(new)))
         ids.update((t, base + i) for i, t in enumerate(new))
-        if ids and rng.random() < 0.5:
-            new_id = rng.permutation(len(ids)).astype(np.int32)
+        if ids and rng.random() < 0.5:  # renumber, dropping some terms (id -1)
+            kept = rng.random(len(ids)) < 0.7
+            new_id = np.full(len(ids), -1, np.int32)
+            new_id[kept] = rng.permutation(int(kept.sum()))
             table.renumber(new_id)
-            ids = {t: int(new_id[i]) for t, i in ids.items()}
+            ids = {t: int(new_id[i]) for t, i in ids.items() if new_id[i] >= 0}
         asked = queries + list(ids)[:20]
         assert table.lookup(asked).tolist() == [ids.get(t, -1) for t in asked]
-    assert len(table) == len(ids)
+    assert len(table) >= len(ids)  # (dropped keys stay, as unknown, until revived)
 
 
 def test_a_term_holding_the_separator_is_still_found():
@@ -75,8 +80,21 @@ def test_the_stores_table_follows_its_dict(batches, order):
         for clause in batch:
             store.add(Subscription(f"s{n}", (tuple(clause),), Rect(0, 0, 1, 1)))
             n += 1
+        if n % 3 == 1 and len(store):
+            store.remove(next(iter(store.slot_of)))
         if n % 2:
             store.reorder_terms(order)
+            held = set(t for s in store.slot_of for t in _terms_of(store, s))
+            assert set(store.vocab) == held  # the vocabulary follows the subscriptions down
         terms = list(store.vocab) + ["not-a-term\x00", "zz-unknown"]
         want = [store.vocab.get(t, -1) for t in terms]
         assert store.vocab_table().lookup(terms).tolist() == want
+
+
+def _terms_of(store: SubscriptionStore, sub_id: str) -> set[str]:
+    slot = store.slot(sub_id)
+    out = set()
+    for c in store.clauses_of(slot).tolist():
+        a = int(store.cl_off[c])
+        out.update(store.vocab_terms[t] for t in store.terms[a : a + int(store.cl_len[c])].tolist())
+    return out

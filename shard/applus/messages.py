@@ -164,6 +164,14 @@ class MessageStore:
         self.free.extend(self.dead)
         self.dead = []
 
+    def held_terms(self, v: int) -> np.ndarray:
+        """A mask over term ids 0..v-1 of the terms live messages hold."""
+        held = np.zeros(v, np.bool_)
+        alive = np.flatnonzero(self.alive[: self.n_slots])
+        if alive.size:
+            held[self.encoded(alive)[1]] = True
+        return held
+
     def remap_terms(self, new_id: np.ndarray) -> None:
         """Term ids were renumbered (a full rebuild): rewrite and re-sort every live message."""
         for x in np.flatnonzero(self.alive[: self.n_slots]).tolist():

@@ -115,6 +115,9 @@ class APPlusTree(APTree):
     def _terms_renumbered(self, new_id: np.ndarray) -> None:
         self.msgs.remap_terms(new_id)
 
+    def _terms_held(self) -> np.ndarray:
+        return self.msgs.held_terms(len(self.store.vocab_terms))
+
     def _reinsert(self, slots: np.ndarray, start: int) -> None:
         """Run the traversal of each message from ``start`` and hang it on the nodes it reaches."""
         if slots.size:

@@ -425,11 +425,19 @@ class SubscriptionStore:
             counts += np.bincount(self.terms[idx], minlength=len(self.vocab_terms))
         return counts
 
-    def reorder_terms(self, order: str | list[str] = "frequency") -> np.ndarray:
-        """Renumber term ids (returns the new id of every old id) so that id = rank in the global keyword order, then re-sort every
-        clause. ``order`` is "frequency" (decreasing frequency over subscription keywords, the
-        paper's default), "rare-first" (increasing frequency), "alphabetical", or an explicit list of terms ranked first (the rest
-        follow by decreasing frequency). O(terms + V log V)."""
+    def reorder_terms(
+        self, order: str | list[str] = "frequency", keep: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Renumber term ids so that id = rank in the global keyword order, then re-sort every
+        clause; returns the new id of every old id, -1 for a term dropped. ``order`` is
+        "frequency" (decreasing frequency over subscription keywords, the paper's default),
+        "rare-first" (increasing frequency), "alphabetical", or an explicit list of terms ranked
+        first (the rest follow by decreasing frequency).
+
+        Terms no live subscription holds are dropped, unless ``keep`` (a mask over the old ids:
+        the terms live messages hold) keeps them: the vocabulary follows the subscriptions down as
+        well as up, and a whole rebuild costs O(live terms), not O(every term ever seen).
+        O(terms + V log V)."""
         freq = self.term_frequencies()
         v = len(self.vocab_terms)
         if isinstance(order, str):
@@ -452,13 +460,25 @@ class SubscriptionStore:
             seen = set(first)
             rest = [int(i) for i in np.argsort(-freq, kind="stable") if int(i) not in seen]
             rank_of_old = np.array(first + rest, np.int64)
-        new_id = np.empty(v, np.int32)
-        new_id[rank_of_old] = np.arange(v, dtype=np.int32)
-        self.vocab_table().renumber(new_id)
-        if self.n_terms:
-            self.terms[: self.n_terms] = new_id[self.terms[: self.n_terms]]
-        self.vocab_terms = [self.vocab_terms[i] for i in rank_of_old]
-        self.vocab = {t: i for i, t in enumerate(self.vocab_terms)}
+        held = freq > 0
+        if keep is not None:
+            held[: keep.shape[0]] |= keep[:v]
+        rank_of_old = rank_of_old[held[rank_of_old]]
+        k = rank_of_old.shape[0]
+        new_id = np.full(v, -1, np.int32)
+        new_id[rank_of_old] = np.arange(k, dtype=np.int32)
+        table = self.vocab_table()
+        table.renumber(new_id)
+        if self.n_terms:  # (a freed clause block may hold -1, a dropped term: it is never read)
+            t = self.terms[: self.n_terms]
+            ok = t >= 0
+            t[ok] = new_id[t[ok]]
+        self.vocab_terms = np.array(self.vocab_terms, dtype=object)[rank_of_old].tolist()
+        self.vocab = dict(zip(self.vocab_terms, range(k), strict=True))
+        if len(table) > 2 * k + 4096:  # mostly dropped keys: start a table of the live ones
+            self._table, self._table_ids = VocabTable(), 0
+        else:
+            self._table_ids = k
         _sort_clause_terms(self.cl_off, self.cl_len, self.terms, self.n_clause_rows)
         return new_id
 

@@ -189,7 +189,7 @@ class APTree:
         """Construct the whole tree anew from the live subscriptions (fresh keyword order too)."""
         store = self.store
         self._built_size = len(store)
-        self._terms_renumbered(store.reorder_terms(self.keyword_order))
+        self._terms_renumbered(store.reorder_terms(self.keyword_order, self._terms_held()))
         if message_sample is not None:
             sample = list(message_sample)
             df = np.zeros(len(store.vocab_terms), np.float64)
@@ -247,6 +247,11 @@ class APTree:
 
     def _terms_renumbered(self, new_id: np.ndarray) -> None:
         """Hook: term ids were renumbered (``new_id[old]``); the AP+-Tree rewrites its messages."""
+
+    def _terms_held(self) -> np.ndarray | None:
+        """Hook: a mask of the term ids something besides the subscriptions holds (the AP+-Tree's
+        live messages), kept by a whole rebuild although no subscription has them."""
+        return None
 
     # ---- maintenance ------------------------------------------------------------------------
     def subscribe(self, sub: Subscription) -> None:

@@ -11,7 +11,8 @@ into one UTF-8 buffer (one C call), hashed and probed in a loop whose misses ove
 (``kb[ko[k]:ko[k + 1]]``), and ``id_of_key[k]``, the term id the key stands for now. The open-
 addressing table holds, per slot, the key's 64-bit FNV-1a hash, its index, its byte offset and
 length (-1: empty). A look-up compares the bytes, so it is exact whatever the hashes. Term ids
-may be renumbered (``renumber``, after the store's ``reorder_terms``) without rehashing.
+may be renumbered (``renumber``, after the store's ``reorder_terms``) without rehashing; a key
+renumbered to -1 is dropped (looked up as unknown) until ``add`` revives it.
 
 >>> t = VocabTable()
 >>> t.add(["ipad", "sale", "straße"], [0, 1, 2])
@@ -79,8 +80,8 @@ def _rehash(tab, kb, ko, n_keys):
 
 
 @njit(cache=True)
-def _lookup_spans(tab, kb, id_of_key, buf, starts, ends, out):
-    """The id of the key ``buf[starts[i]:ends[i]]`` for each i, -1 if unknown. First every
+def _lookup_spans(tab, kb, buf, starts, ends, out):
+    """The index of the key ``buf[starts[i]:ends[i]]`` for each i, -1 if absent. First every
     term's hash, then one independent load of its home slot and key bytes (the CPU overlaps
     their cache misses), then the probes, which now mostly hit the cache. The probe is written
     out here, not called: a call per term cost more than the probe itself."""
@@ -117,7 +118,7 @@ def _lookup_spans(tab, kb, id_of_key, buf, starts, ends, out):
                         same = False
                         break
                 if same:
-                    found = id_of_key[k]
+                    found = k
                     break
             j = (j + 1) & mask
         out[i] = found
@@ -159,18 +160,27 @@ class VocabTable:
         return self.n_keys
 
     def add(self, terms: Sequence[str], ids: Sequence[int] | np.ndarray) -> None:
-        """Add keys not present yet, ``terms[i]`` standing for ``ids[i]``. O(their bytes)."""
+        """``terms[i]`` stands for ``ids[i]`` from now on (distinct terms). A term dropped by
+        ``renumber`` is revived in place. O(their bytes)."""
         n = len(terms)
         if n == 0:
             return
-        parts = [t.encode("utf-8", "surrogatepass") for t in terms]
+        ids = np.fromiter(ids, np.int32, n)
+        keys = self._keys(terms)
+        found = keys >= 0
+        self.id_of_key[keys[found]] = ids[found]
+        if found.all():
+            return
+        new = np.flatnonzero(~found)
+        parts = [terms[i].encode("utf-8", "surrogatepass") for i in new.tolist()]
+        n = len(parts)
         lens = np.fromiter(map(len, parts), np.int64, n)
         blob = np.frombuffer(b"".join(parts), np.uint8)
         k0, b0 = self.n_keys, int(self.ko[self.n_keys])
         self._reserve(k0 + n, b0 + blob.shape[0])
         self.kb[b0 : b0 + blob.shape[0]] = blob
         self.ko[k0 + 1 : k0 + n + 1] = b0 + np.cumsum(lens)
-        self.id_of_key[k0 : k0 + n] = np.fromiter(ids, np.int32, n)
+        self.id_of_key[k0 : k0 + n] = ids[new]
         self.n_keys = k0 + n
         if 2 * self.n_keys > self.tab.shape[0]:
             size = self.tab.shape[0]
@@ -179,8 +189,7 @@ class VocabTable:
             self.tab = np.full((size, 4), -1, np.int64)
             _rehash(self.tab, self.kb, self.ko, self.n_keys)
         else:
-            sub_ko = self.ko[k0 : k0 + n + 1]
-            _rehash_range(self.tab, self.kb, sub_ko, k0, n)
+            _rehash_range(self.tab, self.kb, self.ko[k0 : k0 + n + 1], k0, n)
 
     def copy(self) -> VocabTable:
         """An independent table with the same keys and ids."""
@@ -196,39 +205,47 @@ class VocabTable:
 
     def renumber(self, new_id: np.ndarray) -> None:
         """Every key's id ``i`` becomes ``new_id[i]`` (the store renumbered its terms)."""
-        self.id_of_key[: self.n_keys] = new_id[self.id_of_key[: self.n_keys]]
+        live = self.id_of_key[: self.n_keys] >= 0  # (a key dropped before stays dropped)
+        ids = self.id_of_key[: self.n_keys]
+        ids[live] = new_id[ids[live]]
 
     def lookup(self, terms: Sequence[str]) -> np.ndarray:
         """The id of every term (int32, -1: unknown), in order. O(bytes of the terms)."""
-        n = len(terms)
-        out = np.empty(n, np.int32)
-        if n == 0:
-            return out
-        joined = _utf8(terms)
-        if joined.count(b"\x00") == n - 1:
-            return self.lookup_joined(joined, n)
-        # a term holds the separator: give every term's span instead
-        parts = [t.encode("utf-8", "surrogatepass") for t in terms]
-        ends = np.cumsum(np.fromiter(map(len, parts), np.int64, n))
-        starts = ends - np.fromiter(map(len, parts), np.int64, n)
-        buf = np.frombuffer(b"".join(parts), np.uint8)
-        _lookup_spans(self.tab, self.kb, self.id_of_key, buf, starts, ends, out)
-        return out
+        return self._ids_of(self._keys(terms))
 
     def lookup_lists(self, term_lists: Sequence[Sequence[str]], n: int) -> np.ndarray:
         """``lookup`` of the concatenated ``term_lists`` (``n`` terms in all), without building
         the concatenated list: the usual case of a message batch."""
         joined = "\x00".join(chain.from_iterable(term_lists)).encode("utf-8", "surrogatepass")
-        if joined.count(b"\x00") == n - 1 and n:
-            return self.lookup_joined(joined, n)
+        if n and joined.count(b"\x00") == n - 1:
+            return self._ids_of(self._keys_joined(joined, n))
         return self.lookup([t for terms in term_lists for t in terms])
 
-    def lookup_joined(self, joined: bytes, n: int) -> np.ndarray:
-        """``lookup`` of ``n`` terms already joined by NUL bytes and encoded as UTF-8."""
+    def _ids_of(self, keys: np.ndarray) -> np.ndarray:
+        return np.where(keys >= 0, self.id_of_key[keys], -1).astype(np.int32)
+
+    def _keys(self, terms: Sequence[str]) -> np.ndarray:
+        """The key index of every term, -1 if absent."""
+        n = len(terms)
+        if n == 0:
+            return np.empty(0, np.int32)
+        joined = _utf8(terms)
+        if joined.count(b"\x00") == n - 1:
+            return self._keys_joined(joined, n)
+        # a term holds the separator: give every term's span instead
+        parts = [t.encode("utf-8", "surrogatepass") for t in terms]
+        lens = np.fromiter(map(len, parts), np.int64, n)
+        ends = np.cumsum(lens)
+        out = np.empty(n, np.int32)
+        buf = np.frombuffer(b"".join(parts), np.uint8)
+        _lookup_spans(self.tab, self.kb, buf, ends - lens, ends, out)
+        return out
+
+    def _keys_joined(self, joined: bytes, n: int) -> np.ndarray:
         out = np.empty(n, np.int32)
         buf = np.frombuffer(joined, np.uint8)
         starts, ends = _split_joined(buf, n)
-        _lookup_spans(self.tab, self.kb, self.id_of_key, buf, starts, ends, out)
+        _lookup_spans(self.tab, self.kb, buf, starts, ends, out)
         return out
 
     def _reserve(self, keys: int, key_bytes: int) -> None:
