@@ -198,6 +198,9 @@ class SubscriptionStore:
         subscriptions so; one by one, the numpy writes of ``add`` cost about as much as the
         rest of its work. O(terms)."""
         n = len(subs)
+        if n == 1:  # (the batch's numpy writes cost more than ``add``'s for one: 47 against ~12 µs)
+            slot, clauses = self.add(subs[0])
+            return np.array([slot], np.int64), clauses, np.array([0, clauses.shape[0]], np.int64)
         term_id = self.term_id
         clause_ids = [[sorted(term_id(t) for t in clause) for clause in s.clauses] for s in subs]
         free = self.free_slots
