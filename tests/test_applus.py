@@ -466,3 +466,41 @@ def test_a_tree_grown_from_few_promotes_its_dummy_cuts_and_stays_exact(batch):
         tree._check()
     assert promoted and whole > 0, (promoted, whole)
     assert len(tree) == 60 * 40
+
+
+def test_a_dummy_is_promoted_once_it_holds_its_share_before_any_kl_check():
+    """Clauses whose keyword has no cut at the root wait in its dummy, which every message
+    visits; the dummy is promoted once they number ``DEFAULT_DUMMY_SHARE`` of the root's cuts
+    (θp at least), not only when the root's KL check comes round (every 5 % of its size: here
+    after 150 updates, more than this test makes)."""
+    from shard.aptree.layout import C_ROOT, F_NCH, F_WD_CUR, F_WD_OLD
+
+    rng = random.Random(5)
+    base = [
+        _sub(f"b{i}", [f"a{i % 1000}"], (x, y, x + 1, y + 1))
+        for i in range(3000)
+        for x, y in [(rng.uniform(-75, 75), rng.uniform(-37, 37))]  # spread: a k-node root
+    ]
+    tree = APPlusTree.build(base)
+    NI = tree._tree[0]
+    root = int(tree._tree[10][C_ROOT])
+    assert NI[root, F_NCH] == 1000  # one cut per keyword; the share's floor θp = 40 applies
+    mirror = Mirror()
+    mirror.subs.update((s.id, s) for s in base)
+    m = Message("m", ("fresh7", "fresh70"), Point(25.5, 25.5), ttl=100.0)
+    mirror.apply(tree.publish_batch([m], 0.0))
+    mirror.live[m.id] = (m, 100.0)
+    new = [
+        _sub(f"n{i}", [f"fresh{i}"], (x, y, x + 3, y + 3))
+        for i in range(120)
+        for x, y in [(rng.uniform(20, 25), rng.uniform(20, 25))]
+    ]
+    for k in range(0, len(new), 10):
+        mirror.apply(tree.subscribe_many(new[k : k + 10], 1.0))
+        mirror.subs.update((s.id, s) for s in new[k : k + 10])
+    NI = tree._tree[0]
+    root = int(tree._tree[10][C_ROOT])
+    waiting = NI[root, F_WD_CUR] - NI[root, F_WD_OLD]
+    assert tree.stats()["promotions"] >= 2 and waiting < 40, (tree.stats(), waiting)
+    mirror.assert_exact()
+    tree._check()

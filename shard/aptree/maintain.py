@@ -64,6 +64,7 @@ from shard.aptree.layout import (
     FREED,
     KNODE,
     LEAF,
+    P_DUMMY_SHARE,
     P_GAP_TO_DUMMY,
     P_GROWTH,
     P_KEYWORD_FANOUT,
@@ -130,6 +131,19 @@ def _note_update(T, params, u, todo):
                 todo.append(u)
         elif kl_divergence(T, u) > params[P_THETA_KL] + kl_noise(T, u):
             todo.append(u)
+
+
+@njit(cache=True)
+def _dummy_due(NI, params, u):
+    """Whether k-node ``u`` (one cut per keyword, gaps to the dummy) should promote its dummy
+    now: ``P_DUMMY_SHARE`` of its cut count (θp at least) of clauses came to it since its
+    baseline (layout.DEFAULT_DUMMY_SHARE)."""
+    return (
+        params[P_GAP_TO_DUMMY] > 0.5
+        and params[P_KEYWORD_FANOUT] == 0
+        and NI[u, F_WD_CUR] - NI[u, F_WD_OLD]
+        >= max(params[P_THETA_P], params[P_DUMMY_SHARE] * NI[u, F_NCH])
+    )
 
 
 @njit(cache=True)
@@ -218,6 +232,8 @@ def _route_from(T, S, params, c, delta, todo, touched, created, start, b0, b1, b
                 lo = _cut_for(T, params, u, w)
             if lo < 0:
                 NI[u, F_WD_CUR] += delta
+                if delta > 0 and _dummy_due(NI, params, u):
+                    todo.append(u)  # rebuild_nodes promotes it (``_promotable``)
                 d = NI[u, F_DUMMY]
                 if d < 0:
                     T, d = _new_leaf_child(

@@ -30,6 +30,7 @@ from shard.aptree.layout import (
     C_PROMOTIONS,
     C_REBUILDS,
     C_ROOT,
+    DEFAULT_DUMMY_SHARE,
     DEFAULT_FANOUT,
     DEFAULT_GROWTH,
     DEFAULT_KEYWORD_FANOUT,
@@ -46,6 +47,7 @@ from shard.aptree.layout import (
     KNODE,
     LEAF,
     N_PARAMS,
+    P_DUMMY_SHARE,
     P_FANOUT,
     P_GROWTH,
     P_KEYWORD_DP,
@@ -144,6 +146,7 @@ class APTree:
         self.store = SubscriptionStore()
         self._params = np.zeros(N_PARAMS)
         self._params[P_GROWTH] = DEFAULT_GROWTH
+        self._params[P_DUMMY_SHARE] = DEFAULT_DUMMY_SHARE
         self._params[P_FANOUT] = fanout
         self._params[P_KEYWORD_FANOUT] = keyword_fanout
         self._params[P_THETA_P] = theta_p
