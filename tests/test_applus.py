@@ -504,3 +504,27 @@ def test_a_dummy_is_promoted_once_it_holds_its_share_before_any_kl_check():
     assert tree.stats()["promotions"] >= 2 and waiting < 40, (tree.stats(), waiting)
     mirror.assert_exact()
     tree._check()
+
+
+def test_past_the_whole_rebuild_limit_a_root_grown_fourfold_is_rebuilt_with_a_fresh_order(
+    monkeypatch,
+):
+    """Beyond ``REBUILD_WHOLE_MAX`` a tree is not rebuilt whole for its own growth, but once its
+    root has grown ``DEFAULT_GROWTH`` times over, the root's reconstruction (the whole tree's)
+    is due anyway: it is done as a whole rebuild, with a fresh keyword order."""
+    import shard.aptree.tree as tree_module
+
+    monkeypatch.setattr(tree_module, "REBUILD_WHOLE_MAX", 1_500)
+    rng = random.Random(9)
+    subs = [_moving(random_subscription(rng, f"s{i}")) for i in range(6_000)]
+    tree = APPlusTree.build(subs[:1_200], theta_p=8)
+    assert tree._built_size == 1_200
+    for k in range(1_200, len(subs), 100):
+        tree.subscribe_many(subs[k : k + 100], 1.0)
+    assert tree._built_size > 1_500, tree._built_size  # rebuilt whole past the limit
+    brute = {s.id: s for s in subs}
+    for j in range(40):
+        m = random_message(rng, f"m{j}")
+        want = {i for i, s in brute.items() if subscription_matches(s, m)}
+        assert set(tree.match(m)) == want
+    tree._check()

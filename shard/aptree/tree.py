@@ -78,8 +78,9 @@ REBUILD_WHOLE_MAX = 200_000
 """A tree grown by subscribes is rebuilt whole each time it has grown ``DEFAULT_GROWTH`` times
 over, from ``REBUILD_WHOLE_MIN`` up to ``REBUILD_WHOLE_MAX`` subscriptions
 (``_whole_rebuild_due``); the shard pauses for each as long as a whole build of that many (1.7
-s for 200,000 real place names on the 2-core machine). Beyond it growth relies on the node-level
-maintenance alone."""
+s for 200,000 real place names on the 2-core machine). Beyond it, only when its root has grown
+so (its reconstruction, the whole tree's, is due anyway); otherwise growth relies on the
+node-level maintenance."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,19 +283,23 @@ class APTree:
     def _whole_rebuild_due(self) -> bool:
         """After insertions: whether to rebuild the whole tree (``rebuild``: a fresh keyword order
         too) instead of the nodes they flagged: it holds ``P_GROWTH`` times what it held at its
-        last whole build (or its root's entries grew so, which would reconstruct the root, i.e.
-        the whole tree, anyway), and between ``REBUILD_WHOLE_MIN`` and ``REBUILD_WHOLE_MAX``
-        subscriptions. A tree grown from empty by subscribes otherwise keeps the order of the
-        terms' arrival (a new term goes last, as if it were the commonest) and the kinds of node
-        chosen while it was small. Amortised: g / (g - 1) whole builds over the growth."""
+        last whole build, between ``REBUILD_WHOLE_MIN`` and ``REBUILD_WHOLE_MAX`` subscriptions;
+        or, from ``REBUILD_WHOLE_MIN`` up at any size, its root's entries grew so, and the root's
+        reconstruction, i.e. the whole tree's, is due anyway: then with a fresh order too. A tree
+        grown by subscribes otherwise keeps the order of the terms' arrival (a new term goes
+        last, as if it were the commonest: a clause is filed under an older, commoner term) and
+        the kinds of node chosen while it was small. Amortised: g / (g - 1) whole builds over
+        the growth."""
         n = len(self.store)
-        if not REBUILD_WHOLE_MIN <= n <= REBUILD_WHOLE_MAX:
+        if n < REBUILD_WHOLE_MIN:
             return False
         NI = self._tree[0]
         root = int(self._tree[10][C_ROOT])
         # the root's entries count a clause once per s-node cell it is in: they may grow first
         g = self._params[P_GROWTH]
-        return n >= g * self._built_size or NI[root, F_SIZE] >= g * NI[root, F_NBUILT]
+        if NI[root, F_SIZE] >= g * NI[root, F_NBUILT]:
+            return True
+        return n <= REBUILD_WHOLE_MAX and n >= g * self._built_size
 
     def unsubscribe(self, sub_id: str) -> None:
         """Remove the subscription ``sub_id`` (NotFoundError if unknown). O(depth + leaf size)."""
