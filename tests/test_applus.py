@@ -528,3 +528,32 @@ def test_past_the_whole_rebuild_limit_a_root_grown_fourfold_is_rebuilt_with_a_fr
         want = {i for i, s in brute.items() if subscription_matches(s, m)}
         assert set(tree.match(m)) == want
     tree._check()
+
+
+def test_a_tree_built_large_enough_is_rebuilt_whole_at_every_doubling(monkeypatch):
+    """Below ``REBUILD_DOUBLING_FROM`` a tree grown by subscribes is rebuilt whole when it has
+    grown ``DEFAULT_GROWTH`` (4) times over; one last built with at least that many, at every
+    doubling: the grown tree stays within 2x of its last fresh build."""
+    import shard.aptree.tree as tree_module
+
+    monkeypatch.setattr(tree_module, "REBUILD_DOUBLING_FROM", 2_000)
+    rng = random.Random(11)
+    subs = [_moving(random_subscription(rng, f"s{i}")) for i in range(13_000)]
+    tree = APPlusTree.build(subs[:1_000], theta_p=8)
+    sizes = [1_000]
+    for k in range(1_000, len(subs), 100):
+        built = tree._built_size
+        tree.subscribe_many(subs[k : k + 100], 1.0)
+        if tree._built_size != built:
+            sizes.append(tree._built_size)
+    # below the threshold: when the tree or its root grew fourfold; from it, at every doubling
+    # (the first batch of 100 that reaches twice the size)
+    past = [i for i in range(len(sizes) - 1) if sizes[i] >= 2_000]
+    assert sizes[1] > 2 * sizes[0] + 100 and len(past) >= 2, sizes
+    assert all(2 * sizes[i] <= sizes[i + 1] < 2 * sizes[i] + 100 for i in past), sizes
+    brute = {s.id: s for s in subs}
+    for j in range(40):
+        m = random_message(rng, f"m{j}")
+        want = {i for i, s in brute.items() if subscription_matches(s, m)}
+        assert set(tree.match(m)) == want
+    tree._check()

@@ -76,11 +76,18 @@ COMPACT_MIN_GARBAGE = 1 << 16
 REBUILD_WHOLE_MIN = 1_000
 REBUILD_WHOLE_MAX = 200_000
 """A tree grown by subscribes is rebuilt whole each time it has grown ``DEFAULT_GROWTH`` times
-over, from ``REBUILD_WHOLE_MIN`` up to ``REBUILD_WHOLE_MAX`` subscriptions
-(``_whole_rebuild_due``); the shard pauses for each as long as a whole build of that many (1.7
-s for 200,000 real place names on the 2-core machine). Beyond it, only when its root has grown
-so (its reconstruction, the whole tree's, is due anyway); otherwise growth relies on the
-node-level maintenance."""
+over (twice over from ``REBUILD_DOUBLING_FROM``), from ``REBUILD_WHOLE_MIN`` up to
+``REBUILD_WHOLE_MAX`` subscriptions (``_whole_rebuild_due``); the shard pauses for each as long
+as a whole build of that many (1.7 s for 200,000 real place names on the 2-core machine).
+Beyond it, only when its root has grown so (its reconstruction, the whole tree's, is due
+anyway); otherwise growth relies on the node-level maintenance."""
+REBUILD_DOUBLING_FROM = 16_000
+"""A tree last built whole with at least this many subscriptions is rebuilt whole at every
+doubling (while it holds at most ``REBUILD_WHOLE_MAX``), not at every ``DEFAULT_GROWTH``-fold:
+a tree grown fourfold since its last build matched 1.21-1.28 times as slowly as a fresh build
+of the same subscriptions, twofold 1.15-1.18 (docs/BENCHMARKS.md). Smaller trees keep the
+fourfold step: their builds cost mostly fixed costs (~30 ms at 5,000), and a cluster filling
+up would pause for each, close together."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,9 +289,10 @@ class APTree:
 
     def _whole_rebuild_due(self) -> bool:
         """After insertions: whether to rebuild the whole tree (``rebuild``: a fresh keyword order
-        too) instead of the nodes they flagged: it holds ``P_GROWTH`` times what it held at its
-        last whole build, between ``REBUILD_WHOLE_MIN`` and ``REBUILD_WHOLE_MAX`` subscriptions;
-        or, from ``REBUILD_WHOLE_MIN`` up at any size, its root's entries grew so, and the root's
+        too) instead of the nodes they flagged: it holds ``P_GROWTH`` times (twice, from
+        ``REBUILD_DOUBLING_FROM``) what it held at its last whole build, between
+        ``REBUILD_WHOLE_MIN`` and ``REBUILD_WHOLE_MAX`` subscriptions; or, from
+        ``REBUILD_WHOLE_MIN`` up at any size, its root's entries grew so, and the root's
         reconstruction, i.e. the whole tree's, is due anyway: then with a fresh order too. A tree
         grown by subscribes otherwise keeps the order of the terms' arrival (a new term goes
         last, as if it were the commonest: a clause is filed under an older, commoner term) and
@@ -299,6 +307,8 @@ class APTree:
         g = self._params[P_GROWTH]
         if NI[root, F_SIZE] >= g * NI[root, F_NBUILT]:
             return True
+        if self._built_size >= REBUILD_DOUBLING_FROM:
+            g = min(g, 2.0)
         return n <= REBUILD_WHOLE_MAX and n >= g * self._built_size
 
     def unsubscribe(self, sub_id: str) -> None:
