@@ -12,9 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+import shard.aptree.tree as tree_module
 from shard.applus import APPlusTree, recentre
+from shard.applus.mlists import FIX_DEG, NO_POINT, UNSURE, _hits_rounded
+from shard.aptree.layout import C_NODES, C_ROOT, F_NCH, F_WD_CUR, F_WD_OLD, LEAF, T_CNT, T_NI
+from shard.aptree.partition import moving_penalty
 from shard.brute import subscription_matches
 from shard.errors import NotFoundError, ValidationError
+from shard.geometry import EARTH_RADIUS_M, KIND_CIRCLE, KIND_RECT, circle_bbox, region_hits_rect
 from shard.model import Message, Point, Rect, Subscription
 from tests.workloads import random_message, random_subscription
 
@@ -273,11 +278,9 @@ def test_duplicate_limit_keeps_messages_at_ancestors():
     terms = tuple(sorted({"a"} | {f"b{i}" for i in range(50)}))
     assert t.publish(Message("wide", terms, Rect(0, 0, 21, 8), ttl=100), now=0.0)
     t._check()
-    NI = t._tree[0]
+    NI = t._tree[T_NI]
     ML = t._mt[0]
-    from shard.aptree.layout import LEAF
-
-    internal = [u for u in range(int(t._tree[10][0])) if ML[u, 1] and NI[u, 0] != LEAF]
+    internal = [u for u in range(int(t._tree[T_CNT][C_NODES])) if ML[u, 1] and NI[u, 0] != LEAF]
     assert internal, "the message should be stored above the leaves"
     ups = t.move("s3", Point(rng.uniform(30, 40), 50), now=1.0)
     assert ups == [("s3", "-", "wide")]
@@ -315,9 +318,6 @@ def test_errors_name_the_field():
 
 
 def test_moving_penalty_grows_with_speed_and_vanishes_without_movers():
-    import numpy as np
-
-    from shard.aptree.partition import moving_penalty
 
     n = 400
     rng = np.random.default_rng(1)
@@ -372,8 +372,6 @@ _coord_lat = st.floats(-90, 90, allow_nan=False)
 def _region_and_box_near_its_edge(draw):
     """A rect or circle region and a message box (a point or a rect) placed on, just inside or
     just outside an edge of the region's box, or anywhere."""
-    from shard.geometry import EARTH_RADIUS_M, KIND_CIRCLE, KIND_RECT, circle_bbox
-
     lon, lat = draw(_coord_lon), draw(_coord_lat)
     if draw(st.booleans()):
         kind = KIND_CIRCLE
@@ -406,9 +404,6 @@ def test_the_rounded_box_test_of_moves_never_contradicts_the_exact_one(case):
     """A move decides most candidates on the fixed-point copies of their points in the pool:
     whenever that test answers (not UNSURE), it must be the exact float64 answer; a region
     message is always UNSURE (tested exactly)."""
-    from shard.applus.mlists import FIX_DEG, NO_POINT, UNSURE, _hits_rounded
-    from shard.geometry import region_hits_rect
-
     kind, bbox, circ, box = case
     exact = region_hits_rect(kind, bbox, circ, box)
     if box[0] == box[2] and box[1] == box[3]:
@@ -473,8 +468,6 @@ def test_a_dummy_is_promoted_once_it_holds_its_share_before_any_kl_check():
     visits; the dummy is promoted once they number ``DEFAULT_DUMMY_SHARE`` of the root's cuts
     (θp at least), not only when the root's KL check comes round (every 5 % of its size: here
     after 150 updates, more than this test makes)."""
-    from shard.aptree.layout import C_ROOT, F_NCH, F_WD_CUR, F_WD_OLD
-
     rng = random.Random(5)
     base = [
         _sub(f"b{i}", [f"a{i % 1000}"], (x, y, x + 1, y + 1))
@@ -482,8 +475,8 @@ def test_a_dummy_is_promoted_once_it_holds_its_share_before_any_kl_check():
         for x, y in [(rng.uniform(-75, 75), rng.uniform(-37, 37))]  # spread: a k-node root
     ]
     tree = APPlusTree.build(base)
-    NI = tree._tree[0]
-    root = int(tree._tree[10][C_ROOT])
+    NI = tree._tree[T_NI]
+    root = int(tree._tree[T_CNT][C_ROOT])
     assert NI[root, F_NCH] == 1000  # one cut per keyword; the share's floor θp = 40 applies
     mirror = Mirror()
     mirror.subs.update((s.id, s) for s in base)
@@ -498,8 +491,8 @@ def test_a_dummy_is_promoted_once_it_holds_its_share_before_any_kl_check():
     for k in range(0, len(new), 10):
         mirror.apply(tree.subscribe_many(new[k : k + 10], 1.0))
         mirror.subs.update((s.id, s) for s in new[k : k + 10])
-    NI = tree._tree[0]
-    root = int(tree._tree[10][C_ROOT])
+    NI = tree._tree[T_NI]
+    root = int(tree._tree[T_CNT][C_ROOT])
     waiting = NI[root, F_WD_CUR] - NI[root, F_WD_OLD]
     assert tree.stats()["promotions"] >= 2 and waiting < 40, (tree.stats(), waiting)
     mirror.assert_exact()
@@ -512,8 +505,6 @@ def test_past_the_whole_rebuild_limit_a_root_grown_fourfold_is_rebuilt_with_a_fr
     """Beyond ``REBUILD_WHOLE_MAX`` a tree is not rebuilt whole for its own growth, but once its
     root has grown ``DEFAULT_GROWTH`` times over, the root's reconstruction (the whole tree's)
     is due anyway: it is done as a whole rebuild, with a fresh keyword order."""
-    import shard.aptree.tree as tree_module
-
     monkeypatch.setattr(tree_module, "REBUILD_WHOLE_MAX", 1_500)
     rng = random.Random(9)
     subs = [_moving(random_subscription(rng, f"s{i}")) for i in range(6_000)]
@@ -534,8 +525,6 @@ def test_a_tree_built_large_enough_is_rebuilt_whole_at_every_doubling(monkeypatc
     """Below ``REBUILD_DOUBLING_FROM`` a tree grown by subscribes is rebuilt whole when it has
     grown ``DEFAULT_GROWTH`` (4) times over; one last built with at least that many, at every
     doubling: the grown tree stays within 2x of its last fresh build."""
-    import shard.aptree.tree as tree_module
-
     monkeypatch.setattr(tree_module, "REBUILD_DOUBLING_FROM", 2_000)
     rng = random.Random(11)
     subs = [_moving(random_subscription(rng, f"s{i}")) for i in range(13_000)]

@@ -12,18 +12,30 @@ from hypothesis import given, settings
 from workloads import assert_same_matches, random_message, random_subscription
 
 from shard.aptree import APTree
-from shard.aptree.layout import F_CHOFF, F_DUMMY, F_NBUILT, F_NCH, F_TYPE, KNODE, LEAF, SNODE
+from shard.aptree.layout import (
+    F_CHOFF,
+    F_DUMMY,
+    F_NBUILT,
+    F_NCH,
+    F_TYPE,
+    KNODE,
+    LEAF,
+    SNODE,
+    T_CHI,
+    T_CLO,
+    T_NI,
+)
 from shard.brute import BruteMatcher
 from shard.errors import NotFoundError, ValidationError
 from shard.model import Circle, Message, Point, Rect, Subscription
 
 
 def root_type(tree: APTree) -> int:
-    return int(tree._tree[0][0, F_TYPE])
+    return int(tree._tree[T_NI][0, F_TYPE])
 
 
 def root_dummy(tree: APTree) -> int:
-    return int(tree._tree[0][0, F_DUMMY])
+    return int(tree._tree[T_NI][0, F_DUMMY])
 
 
 def test_small_set_is_one_leaf():
@@ -55,7 +67,7 @@ def test_k_nodes_cut_one_keyword_each_by_default_and_at_most_keyword_fanout_when
     for options, one_each in (({}, True), ({"keyword_fanout": 20}, False)):
         tree = APTree.build(subs, theta_p=8, **options)
         tree._check()
-        NI, CLO, CHI = tree._tree[0], tree._tree[3], tree._tree[4]
+        NI, CLO, CHI = tree._tree[T_NI], tree._tree[T_CLO], tree._tree[T_CHI]
         assert root_type(tree) == KNODE
         off, nch = int(NI[0, F_CHOFF]), int(NI[0, F_NCH])
         singles = all(CLO[off + k] == CHI[off + k] for k in range(nch))
@@ -196,15 +208,15 @@ def test_a_wide_k_node_is_not_rebuilt_for_growth_that_follows_its_distribution()
 
     base = [sub(f"b{i}", i % 2000) for i in range(5000)]
     tree = APTree.build(base, theta_p=8)
-    root_built = int(tree._tree[0][0, F_NBUILT])
+    root_built = int(tree._tree[T_NI][0, F_NBUILT])
     for i in range(1000):
         tree.subscribe(sub(f"n{i}", (i * 7919) % 2000))
     tree._check()
-    assert int(tree._tree[0][0, F_NBUILT]) == root_built  # not rebuilt
+    assert int(tree._tree[T_NI][0, F_NBUILT]) == root_built  # not rebuilt
     for i in range(1500):
         tree.subscribe(sub(f"d{i}", i % 10))
     tree._check()
-    assert int(tree._tree[0][0, F_NBUILT]) > root_built  # rebuilt
+    assert int(tree._tree[T_NI][0, F_NBUILT]) > root_built  # rebuilt
     got = tree.match(Message("m", ("k3", "z"), Point(0.5, 0.5)))
     want = [s.id for s in base if s.clauses[0][0] == "k3"] + [
         f"d{i}" for i in range(1500) if i % 10 == 3

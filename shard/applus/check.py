@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from shard.aptree.layout import C_NODES, C_ROOT, F_PARENT, F_TYPE, FREED, LEAF
+from shard.aptree.layout import C_NODES, C_ROOT, F_PARENT, F_TYPE, FREED, LEAF, T_CNT, T_NI
 from shard.aptree.match import traverse_kernel
 
 if TYPE_CHECKING:
@@ -32,8 +32,8 @@ def check_mlists(tree: APPlusTree) -> None:
     tree._sync()  # the m-list rows follow the node array lazily
     T = tree._tree
     ML, MP, MC = tree._mt
-    NI = T[0]
-    n_nodes = int(T[10][C_NODES])
+    NI = T[T_NI]
+    n_nodes = int(T[T_CNT][C_NODES])
     msgs = tree.msgs
     on: dict[int, set[int]] = {}
     spans = []
@@ -74,7 +74,7 @@ def check_mlists(tree: APPlusTree) -> None:
         terms,
         kind,
         geom,
-        int(T[10][C_ROOT]),
+        int(T[T_CNT][C_ROOT]),
         True,
     )
     for q, u in zip(tr_m.tolist(), tr_n.tolist(), strict=True):

@@ -43,6 +43,10 @@ from shard.aptree.layout import (
     FREED,
     KNODE,
     LEAF,
+    T_BND,
+    T_CH,
+    T_NF,
+    T_NI,
 )
 from shard.aptree.match import grown
 from shard.aptree.partition import cell_of, cell_range
@@ -123,7 +127,7 @@ def store_traces(T, MT, tr_m, tr_n, tr_d, slot_of_q, dup_limit, geom):
     that has at most ``dup_limit`` nodes (leaves above that level count at their own depth); and
     on the parking list of every node where it met a dead end. Trace entries of one message are
     contiguous; ``geom`` holds the messages' boxes by slot. O(trace length)."""
-    NI = T[0]
+    NI = T[T_NI]
     n = tr_m.shape[0]
     i = 0
     while i < n:
@@ -182,8 +186,8 @@ def gather_subtrees(T, MT, tops, alive):
     """The distinct live messages on the M and D lists of every node below (and at) ``tops``;
     the lists are emptied (their slices stay with the node rows for reuse). Call before those
     subtrees are rebuilt. O(subtree + entries)."""
-    NI = T[0]
-    CH = T[2]
+    NI = T[T_NI]
+    CH = T[T_CH]
     ML = MT[0]
     MP = MT[1]
     seen = np.zeros(alive.shape[0], np.bool_)
@@ -230,9 +234,9 @@ def gather_subtrees(T, MT, tops, alive):
 def repair_created(T, MT, MS, created):
     """Fill the m-list of each leaf just created under a node that had no such child, from the
     parent's parking list: the messages that wanted to enter that child. O(parking list)."""
-    NI = T[0]
-    CH = T[2]
-    BND = T[7]
+    NI = T[T_NI]
+    CH = T[T_CH]
+    BND = T[T_BND]
     ML = MT[0]
     alive = MS[MS_ALIVE]
     kind = MS[MS_KIND]
@@ -428,8 +432,8 @@ def diff_results(
     is skipped (case 1: every message there meets both regions, so nothing changes). ``NSTAMP``/``MSTAMP`` (per node / message slot) hold
     ``stamp`` once seen; ``TM`` marks a message's terms with a running counter from ``ts``.
     Returns (message slots, signs, last term stamp)."""
-    NI = T[0]
-    NF = T[1]
+    NI = T[T_NI]
+    NF = T[T_NF]
     ML = MT[0]
     MP = MT[1]
     alive = MS[MS_ALIVE]
@@ -498,7 +502,7 @@ def diff_results(
 def purge(T, MT, alive, n_nodes):
     """Drop the entries of dead messages from every list and copy the live ones into a fresh,
     dense pool (the lazy deletion of Sect. 4.2.3). O(nodes + entries)."""
-    NI = T[0]
+    NI = T[T_NI]
     ML = MT[0]
     MP = MT[1]
     total = 0

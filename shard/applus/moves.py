@@ -17,6 +17,7 @@ from numba import njit
 from numba.typed import List
 
 from shard.applus.mlists import diff_results, ensure_rows, repair_created
+from shard.aptree.layout import T_NI
 from shard.aptree.maintain import int_list, move_clauses
 from shard.geometry import KIND_CIRCLE, circle_bbox
 
@@ -87,9 +88,9 @@ def move_batch_kernel(T, S, MT, MS, params, fc, ncl, slots, px, py, NSTAMP, MSTA
         o_circ = circ[s].copy()
         recentre_columns(kind, bbox, circ, s, px[i], py[i])
         T, todo1, old_leaves, new_leaves, created = move_clauses(T, S, params, clauses, o_bbox)
-        MT = ensure_rows(MT, T[0].shape[0])
-        if NSTAMP.shape[0] < T[0].shape[0]:
-            n2 = np.zeros(T[0].shape[0], np.int64)
+        MT = ensure_rows(MT, T[T_NI].shape[0])
+        if NSTAMP.shape[0] < T[T_NI].shape[0]:
+            n2 = np.zeros(T[T_NI].shape[0], np.int64)
             n2[: NSTAMP.shape[0]] = NSTAMP
             NSTAMP = n2
         if created.shape[0]:

@@ -37,6 +37,7 @@ from shard.applus.mlists import (
 )
 from shard.applus.moves import move_batch_kernel
 from shard.aptree.layout import (
+    C_NODES,
     C_ROOT,
     F_PARENT,
     F_TYPE,
@@ -44,6 +45,8 @@ from shard.aptree.layout import (
     P_GAP_TO_DUMMY,
     P_MOVE_COST,
     P_MSG_RATE,
+    T_CNT,
+    T_NI,
 )
 from shard.aptree.maintain import delete_clauses, insert_clause_groups, insert_clauses
 from shard.aptree.match import pack_terms, traverse_kernel
@@ -99,7 +102,7 @@ class APPlusTree(APTree):
     # ---- bookkeeping ----------------------------------------------------------------------
     def _sync(self) -> None:
         """Grow the per-node, per-message and per-term side arrays to the current sizes."""
-        n = self._tree[0].shape[0]
+        n = self._tree[T_NI].shape[0]
         self._mt = ensure_rows(self._mt, n)
         if n > self._nstamp.shape[0]:
             self._nstamp = np.zeros(max(n, 2 * self._nstamp.shape[0]), np.int64)
@@ -156,14 +159,14 @@ class APPlusTree(APTree):
         self._note_rate()
         live = np.flatnonzero(self.msgs.alive[: self.msgs.n_slots]).astype(np.int32)
         super().rebuild(message_sample=message_sample)
-        self._mt = new_mlists(self._tree[0].shape[0])
+        self._mt = new_mlists(self._tree[T_NI].shape[0])
         self.msgs.release_dead()
-        self._reinsert(live, int(self._tree[10][C_ROOT]))
+        self._reinsert(live, int(self._tree[T_CNT][C_ROOT]))
 
     def _rebuild_nodes(self, todo: np.ndarray) -> None:
         """Rebuild subtrees (splits, collapses, KL reconstructions) carrying their messages over:
         gather each topmost subtree's messages, rebuild, run their traversals from its root."""
-        NI = self._tree[0]
+        NI = self._tree[T_NI]
         pending = set(todo.tolist())
         tops = []
         for u in pending:
@@ -227,7 +230,7 @@ class APPlusTree(APTree):
     def purge(self) -> None:
         """Lazy deletion: drop expired messages' entries from every list, recycle their slots."""
         self._sync()
-        self._mt = purge(self._tree, self._mt, self.msgs.alive, int(self._tree[10][0]))
+        self._mt = purge(self._tree, self._mt, self.msgs.alive, int(self._tree[T_CNT][C_NODES]))
         self.msgs.release_dead()
         self._last_purge = self.now
 
@@ -308,7 +311,7 @@ class APPlusTree(APTree):
             )
         self._sync()
         out_m, out_s = self._traverse(
-            off, terms, kind, geom, int(self._tree[10][C_ROOT]), slot_of_q, any(stored)
+            off, terms, kind, geom, int(self._tree[T_CNT][C_ROOT]), slot_of_q, any(stored)
         )
         order = np.argsort(out_m, kind="stable")  # by message, traversal order within each
         return updates, out_s[order], np.bincount(out_m, minlength=len(messages))
@@ -509,7 +512,7 @@ class APPlusTree(APTree):
     # ---- introspection --------------------------------------------------------------------
     def stats(self) -> dict[str, int]:
         out = super().stats()
-        m, d = count_entries(self._mt, int(self._tree[10][0]))
+        m, d = count_entries(self._mt, int(self._tree[T_CNT][C_NODES]))
         out.update(live_messages=len(self.msgs), mlist_entries=int(m), parked_entries=int(d))
         return out
 

@@ -65,6 +65,18 @@ from shard.aptree.layout import (
     P_THETA_KL,
     P_THETA_P,
     SNODE,
+    T_BND,
+    T_CH,
+    T_CHI,
+    T_CLO,
+    T_CNT,
+    T_FREE,
+    T_LB,
+    T_LI,
+    T_NF,
+    T_NI,
+    T_WCUR,
+    T_WOLD,
 )
 from shard.aptree.partition import (
     axis_partition,
@@ -111,22 +123,35 @@ def new_tree(node_cap: int = 1024, ch_cap: int = 4096, li_cap: int = 4096):
 # ---- pool growth -----------------------------------------------------------------------
 @njit(cache=True)
 def ensure_nodes(T, extra):
-    NI = T[0]
-    need = T[10][C_NODES] + extra
+    NI = T[T_NI]
+    need = T[T_CNT][C_NODES] + extra
     if need <= NI.shape[0]:
         return T
     cap = max(need, 2 * NI.shape[0])
     NI2 = np.full((cap, NI.shape[1]), -1, np.int64)
     NI2[: NI.shape[0]] = NI
     NF2 = np.zeros((cap, 4), np.float64)
-    NF2[: NI.shape[0]] = T[1]
-    return (NI2, NF2, T[2], T[3], T[4], T[5], T[6], T[7], T[8], T[9], T[10], T[11])
+    NF2[: NI.shape[0]] = T[T_NF]
+    return (
+        NI2,
+        NF2,
+        T[T_CH],
+        T[T_CLO],
+        T[T_CHI],
+        T[T_WOLD],
+        T[T_WCUR],
+        T[T_BND],
+        T[T_LI],
+        T[T_FREE],
+        T[T_CNT],
+        T[T_LB],
+    )
 
 
 @njit(cache=True)
 def ensure_ch(T, extra):
-    CH = T[2]
-    need = T[10][C_CH] + extra
+    CH = T[T_CH]
+    need = T[T_CNT][C_CH] + extra
     if need <= CH.shape[0]:
         return T
     cap = max(need, 2 * CH.shape[0])
@@ -134,47 +159,86 @@ def ensure_ch(T, extra):
     CH2 = np.full(cap, -1, np.int32)
     CH2[:n] = CH
     CLO2 = np.zeros(cap, np.int32)
-    CLO2[:n] = T[3]
+    CLO2[:n] = T[T_CLO]
     CHI2 = np.zeros(cap, np.int32)
-    CHI2[:n] = T[4]
+    CHI2[:n] = T[T_CHI]
     W1 = np.zeros(cap, np.float64)
-    W1[:n] = T[5]
+    W1[:n] = T[T_WOLD]
     W2 = np.zeros(cap, np.float64)
-    W2[:n] = T[6]
-    return (T[0], T[1], CH2, CLO2, CHI2, W1, W2, T[7], T[8], T[9], T[10], T[11])
+    W2[:n] = T[T_WCUR]
+    return (
+        T[T_NI],
+        T[T_NF],
+        CH2,
+        CLO2,
+        CHI2,
+        W1,
+        W2,
+        T[T_BND],
+        T[T_LI],
+        T[T_FREE],
+        T[T_CNT],
+        T[T_LB],
+    )
 
 
 @njit(cache=True)
 def ensure_bnd(T, extra):
-    B = T[7]
-    need = T[10][C_BND] + extra
+    B = T[T_BND]
+    need = T[T_CNT][C_BND] + extra
     if need <= B.shape[0]:
         return T
     B2 = np.zeros(max(need, 2 * B.shape[0]), np.float64)
     B2[: B.shape[0]] = B
-    return (T[0], T[1], T[2], T[3], T[4], T[5], T[6], B2, T[8], T[9], T[10], T[11])
+    return (
+        T[T_NI],
+        T[T_NF],
+        T[T_CH],
+        T[T_CLO],
+        T[T_CHI],
+        T[T_WOLD],
+        T[T_WCUR],
+        B2,
+        T[T_LI],
+        T[T_FREE],
+        T[T_CNT],
+        T[T_LB],
+    )
 
 
 @njit(cache=True)
 def ensure_li(T, extra):
-    LI = T[8]
-    need = T[10][C_LI] + extra
+    LI = T[T_LI]
+    need = T[T_CNT][C_LI] + extra
     if need <= LI.shape[0]:
         return T
     L2 = np.full(max(need, 2 * LI.shape[0]), -1, np.int32)
     L2[: LI.shape[0]] = LI
     B2 = np.zeros((L2.shape[0], LB_WIDTH), np.float64)
-    B2[: LI.shape[0]] = T[11]
-    return (T[0], T[1], T[2], T[3], T[4], T[5], T[6], T[7], L2, T[9], T[10], B2)
+    B2[: LI.shape[0]] = T[T_LB]
+    return (
+        T[T_NI],
+        T[T_NF],
+        T[T_CH],
+        T[T_CLO],
+        T[T_CHI],
+        T[T_WOLD],
+        T[T_WCUR],
+        T[T_BND],
+        L2,
+        T[T_FREE],
+        T[T_CNT],
+        B2,
+    )
 
 
 @njit(cache=True)
 def alloc_node(T):
     """Pop a recycled node id or hand out a new one (call ``ensure_nodes`` first)."""
-    CNT = T[10]
+    CNT = T[T_CNT]
     if CNT[C_FREE] > 0:
         CNT[C_FREE] -= 1
-        return int(T[9][CNT[C_FREE]])
+        return int(T[T_FREE][CNT[C_FREE]])
     nid = CNT[C_NODES]
     CNT[C_NODES] += 1
     return int(nid)
@@ -182,7 +246,7 @@ def alloc_node(T):
 
 @njit(cache=True)
 def init_node(T, nid, parent, l, kp, sp, depth, x0, y0, x1, y1):
-    NI = T[0]
+    NI = T[T_NI]
     for f in range(NI.shape[1]):
         NI[nid, f] = -1
     NI[nid, F_TYPE] = LEAF
@@ -197,7 +261,7 @@ def init_node(T, nid, parent, l, kp, sp, depth, x0, y0, x1, y1):
     NI[nid, F_LLEN] = 0
     NI[nid, F_LCAP] = 0
     NI[nid, F_DUMMY] = -1
-    NF = T[1]
+    NF = T[T_NF]
     NF[nid, 0] = x0
     NF[nid, 1] = y0
     NF[nid, 2] = x1
@@ -227,10 +291,10 @@ def set_leaf_entry(LB, k, S, c):
 def refresh_leaf_entries(T, S):
     """Rewrite the record of every used leaf slot from the store (after the store renumbered
     its slots and clause rows). O(pool)."""
-    LI = T[8]
-    for k in range(T[10][C_LI]):
+    LI = T[T_LI]
+    for k in range(T[T_CNT][C_LI]):
         if LI[k] >= 0:
-            set_leaf_entry(T[11], k, S, LI[k])
+            set_leaf_entry(T[T_LB], k, S, LI[k])
 
 
 @njit(cache=True)
@@ -247,9 +311,9 @@ def alloc_leaf(T, nid, n):
     caller writes the ``n`` entries."""
     cap = leaf_cap(n)
     T = ensure_li(T, cap)
-    NI = T[0]
-    off = T[10][C_LI]
-    T[10][C_LI] += cap
+    NI = T[T_NI]
+    off = T[T_CNT][C_LI]
+    T[T_CNT][C_LI] += cap
     NI[nid, F_TYPE] = LEAF
     NI[nid, F_LOFF] = off
     NI[nid, F_LLEN] = n
@@ -266,10 +330,10 @@ def make_leaf(T, nid, items, S):
     """Turn ``nid`` into a leaf whose s-list is ``items`` (a fresh LI slice)."""
     n = items.shape[0]
     T = alloc_leaf(T, nid, n)
-    off = T[0][nid, F_LOFF]
-    T[8][off : off + n] = items
+    off = T[T_NI][nid, F_LOFF]
+    T[T_LI][off : off + n] = items
     for i in range(n):
-        set_leaf_entry(T[11], off + i, S, items[i])
+        set_leaf_entry(T[T_LB], off + i, S, items[i])
     return T
 
 
@@ -326,8 +390,8 @@ def build_subtree(T, S, PW, SPX, SPY, params, root, items):
         nid = stack_node.pop()
         its = stack_items.pop()
         created.append(nid)
-        NI = T[0]
-        NF = T[1]
+        NI = T[T_NI]
+        NF = T[T_NF]
         n = its.shape[0]
         l = NI[nid, F_L]
         kp = NI[nid, F_KP] == 1
@@ -525,7 +589,7 @@ def build_subtree(T, S, PW, SPX, SPY, params, root, items):
             )
 
     # subtree sizes bottom-up (children are created after their parents)
-    NI = T[0]
+    NI = T[T_NI]
     total = 0
     for k in range(len(created) - 1, -1, -1):
         nid = created[k]
@@ -545,14 +609,14 @@ def _make_knode(T, its, nid, order, sk, vals, starts, pref, nd, stack_node, stac
     m = vals.shape[0]
     T = ensure_ch(T, m_cuts)
     T = ensure_nodes(T, m_cuts + 1)
-    NI = T[0]
-    NF = T[1]
-    CH = T[2]
-    CLO = T[3]
-    CHI = T[4]
-    WOLD = T[5]
-    WCUR = T[6]
-    CNT = T[10]
+    NI = T[T_NI]
+    NF = T[T_NF]
+    CH = T[T_CH]
+    CLO = T[T_CLO]
+    CHI = T[T_CHI]
+    WOLD = T[T_WOLD]
+    WCUR = T[T_WCUR]
+    CNT = T[T_CNT]
     off = CNT[C_CH]
     CNT[C_CH] += m_cuts
     l = NI[nid, F_L]
@@ -610,13 +674,13 @@ def _make_snode(T, S, nid, its, bx, by, isd, nd, counts, stack_node, stack_items
     T = ensure_ch(T, ncell)
     T = ensure_bnd(T, nx + ny + 2)
     T = ensure_nodes(T, ncell + 1)
-    NI = T[0]
-    NF = T[1]
-    CH = T[2]
-    WOLD = T[5]
-    WCUR = T[6]
-    BND = T[7]
-    CNT = T[10]
+    NI = T[T_NI]
+    NF = T[T_NF]
+    CH = T[T_CH]
+    WOLD = T[T_WOLD]
+    WCUR = T[T_WCUR]
+    BND = T[T_BND]
+    CNT = T[T_CNT]
     off = CNT[C_CH]
     CNT[C_CH] += ncell
     boff = CNT[C_BND]
@@ -692,8 +756,8 @@ def _make_snode(T, S, nid, its, bx, by, isd, nd, counts, stack_node, stack_items
 def collect_and_free(T, nid):
     """Gather the distinct clause ids stored under ``nid`` and recycle every node below it
     (``nid`` itself stays allocated, its pools become garbage). O(subtree)."""
-    NI = T[0]
-    CH = T[2]
+    NI = T[T_NI]
+    CH = T[T_CH]
     out = List()
     out.append(np.int32(0))
     out.pop()
@@ -707,7 +771,7 @@ def collect_and_free(T, nid):
         if t == LEAF:
             off = NI[u, F_LOFF]
             for i in range(NI[u, F_LLEN]):
-                out.append(T[8][off + i])
+                out.append(T[T_LI][off + i])
             garbage += NI[u, F_LCAP]
         else:
             off = NI[u, F_CHOFF]
@@ -719,20 +783,33 @@ def collect_and_free(T, nid):
             garbage += NI[u, F_NCH]
         if u != nid:
             freed.append(u)
-    T[10][C_GARBAGE] += garbage
+    T[T_CNT][C_GARBAGE] += garbage
     # recycle ids
     nf = len(freed)
-    FREE = T[9]
-    need = T[10][C_FREE] + nf
+    FREE = T[T_FREE]
+    need = T[T_CNT][C_FREE] + nf
     if need > FREE.shape[0]:
         F2 = np.zeros(max(need, 2 * FREE.shape[0]), np.int32)
         F2[: FREE.shape[0]] = FREE
         FREE = F2
-        T = (T[0], T[1], T[2], T[3], T[4], T[5], T[6], T[7], T[8], F2, T[10], T[11])
+        T = (
+            T[T_NI],
+            T[T_NF],
+            T[T_CH],
+            T[T_CLO],
+            T[T_CHI],
+            T[T_WOLD],
+            T[T_WCUR],
+            T[T_BND],
+            T[T_LI],
+            F2,
+            T[T_CNT],
+            T[T_LB],
+        )
     for u in freed:
         NI[u, F_TYPE] = FREED
-        FREE[T[10][C_FREE]] = u
-        T[10][C_FREE] += 1
+        FREE[T[T_CNT][C_FREE]] = u
+        T[T_CNT][C_FREE] += 1
     arr = np.empty(len(out), np.int32)
     for i in range(len(out)):
         arr[i] = out[i]
@@ -743,8 +820,8 @@ def collect_and_free(T, nid):
 def compact(T):
     """Copy every live node's pool slices into fresh, dense pools (drops the garbage left by leaf
     moves and rebuilds; recycled node ids stay recycled). O(nodes + entries)."""
-    NI = T[0]
-    CNT = T[10]
+    NI = T[T_NI]
+    CNT = T[T_CNT]
     n_nodes = CNT[C_NODES]
     n_ch = 0
     n_b = 0
@@ -774,29 +851,29 @@ def compact(T):
             n = NI[u, F_LLEN]
             cap = leaf_cap(n)
             o = NI[u, F_LOFF]
-            LI[pl : pl + n] = T[8][o : o + n]
-            LB[pl : pl + n] = T[11][o : o + n]
+            LI[pl : pl + n] = T[T_LI][o : o + n]
+            LB[pl : pl + n] = T[T_LB][o : o + n]
             NI[u, F_LOFF] = pl
             NI[u, F_LCAP] = cap
             pl += cap
         elif t != FREED:
             n = NI[u, F_NCH]
             o = NI[u, F_CHOFF]
-            CH[pc : pc + n] = T[2][o : o + n]
-            CLO[pc : pc + n] = T[3][o : o + n]
-            CHI[pc : pc + n] = T[4][o : o + n]
-            WOLD[pc : pc + n] = T[5][o : o + n]
-            WCUR[pc : pc + n] = T[6][o : o + n]
+            CH[pc : pc + n] = T[T_CH][o : o + n]
+            CLO[pc : pc + n] = T[T_CLO][o : o + n]
+            CHI[pc : pc + n] = T[T_CHI][o : o + n]
+            WOLD[pc : pc + n] = T[T_WOLD][o : o + n]
+            WCUR[pc : pc + n] = T[T_WCUR][o : o + n]
             NI[u, F_CHOFF] = pc
             pc += n
             if t == SNODE:
                 nb = NI[u, F_NX] + NI[u, F_NY] + 2
                 o = NI[u, F_BOFF]
-                BND[pb : pb + nb] = T[7][o : o + nb]
+                BND[pb : pb + nb] = T[T_BND][o : o + nb]
                 NI[u, F_BOFF] = pb
                 pb += nb
     CNT[C_CH] = pc
     CNT[C_BND] = pb
     CNT[C_LI] = pl
     CNT[C_GARBAGE] = 0
-    return (T[0], T[1], CH, CLO, CHI, WOLD, WCUR, BND, LI, T[9], CNT, LB)
+    return (T[T_NI], T[T_NF], CH, CLO, CHI, WOLD, WCUR, BND, LI, T[T_FREE], CNT, LB)

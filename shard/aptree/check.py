@@ -38,6 +38,16 @@ from shard.aptree.layout import (
     P_GAP_TO_DUMMY,
     P_MAX_SPAN,
     SNODE,
+    T_BND,
+    T_CH,
+    T_CHI,
+    T_CLO,
+    T_CNT,
+    T_LB,
+    T_LI,
+    T_NF,
+    T_NI,
+    T_WCUR,
 )
 
 if TYPE_CHECKING:
@@ -45,7 +55,7 @@ if TYPE_CHECKING:
 
 
 def _dump(T, u: int) -> str:
-    NI, NF = T[0], T[1]
+    NI, NF = T[T_NI], T[T_NF]
     return f"node {u}: fields={NI[u].tolist()} region={NF[u].tolist()}"
 
 
@@ -65,7 +75,17 @@ def check_tree(tree: APTree) -> None:
     """
     T = tree._tree
     store = tree.store
-    NI, NF, CH, CLO, CHI, WCUR, BND, LI, CNT = T[0], T[1], T[2], T[3], T[4], T[6], T[7], T[8], T[10]
+    NI, NF, CH, CLO, CHI, WCUR, BND, LI, CNT = (
+        T[T_NI],
+        T[T_NF],
+        T[T_CH],
+        T[T_CLO],
+        T[T_CHI],
+        T[T_WCUR],
+        T[T_BND],
+        T[T_LI],
+        T[T_CNT],
+    )
     bbox, cl_sub, cl_off, cl_len, terms = (
         store.bbox,
         store.cl_sub,
@@ -103,7 +123,7 @@ def check_tree(tree: APTree) -> None:
             assert 0 <= n <= cap and off + cap <= CNT[C_LI], _dump(T, u)
             items = LI[off : off + n].tolist()
             assert len(set(items)) == n, f"duplicate entries; {_dump(T, u)}"
-            LB = T[11]
+            LB = T[T_LB]
             for i, c in enumerate(items):
                 assert 0 <= c < store.n_clause_rows and cl_sub[c] >= 0, (
                     f"dead clause {c}; {_dump(T, u)}"

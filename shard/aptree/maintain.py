@@ -73,6 +73,18 @@ from shard.aptree.layout import (
     P_MAX_SPAN,
     P_THETA_KL,
     P_THETA_P,
+    T_BND,
+    T_CH,
+    T_CHI,
+    T_CLO,
+    T_CNT,
+    T_FREE,
+    T_LB,
+    T_LI,
+    T_NF,
+    T_NI,
+    T_WCUR,
+    T_WOLD,
 )
 from shard.aptree.partition import cell_range
 
@@ -84,11 +96,11 @@ KL_SMOOTHING = 0.5
 @njit(cache=True)
 def kl_divergence(T, u):
     """D_KL(w_old || w_cur) over the cuts/cells and the dummy of internal node ``u``. O(f)."""
-    NI = T[0]
+    NI = T[T_NI]
     off = NI[u, F_CHOFF]
     n = NI[u, F_NCH]
-    WOLD = T[5]
-    WCUR = T[6]
+    WOLD = T[T_WOLD]
+    WCUR = T[T_WCUR]
     so = NI[u, F_WD_OLD] + KL_SMOOTHING
     sc = NI[u, F_WD_CUR] + KL_SMOOTHING
     for k in range(off, off + n):
@@ -108,7 +120,7 @@ def kl_divergence(T, u):
 def _new_leaf_child(T, parent, l, kp, sp, x0, y0, x1, y1):
     T = ensure_nodes(T, 1)
     child = alloc_node(T)
-    init_node(T, child, parent, l, kp, sp, T[0][parent, F_DEPTH] + 1, x0, y0, x1, y1)
+    init_node(T, child, parent, l, kp, sp, T[T_NI][parent, F_DEPTH] + 1, x0, y0, x1, y1)
     T = alloc_leaf(T, child, 0)
     return T, child
 
@@ -116,7 +128,7 @@ def _new_leaf_child(T, parent, l, kp, sp, x0, y0, x1, y1):
 @njit(cache=True)
 def _note_update(T, params, u, todo):
     """Count an update at internal node u; queue it for reconstruction when its KL check fires."""
-    NI = T[0]
+    NI = T[T_NI]
     NI[u, F_NUPD] += 1
     if NI[u, F_SIZE] < params[P_KL_MIN_SIZE]:
         return
@@ -155,14 +167,14 @@ def kl_noise(T, u):
     5 % growth, nothing beside θKL = 0.001; with one cut per keyword (~90,000 at the root of
     1M real place names) it is ~0.01, and the root was rebuilt after every 5 % of growth
     (docs/BENCHMARKS.md, [2.2])."""
-    NI = T[0]
+    NI = T[T_NI]
     off = NI[u, F_CHOFF]
     k = NI[u, F_NCH] + 1  # and the dummy
     n_old = NI[u, F_WD_OLD] + 0.0
     n_cur = NI[u, F_WD_CUR] + 0.0
     for j in range(off, off + NI[u, F_NCH]):
-        n_old += T[5][j]
-        n_cur += T[6][j]
+        n_old += T[T_WOLD][j]
+        n_cur += T[T_WCUR][j]
     grown = abs(n_cur - n_old)
     n = max(n_cur, 1.0)
     return (k - 1) / 2.0 * grown / (n * n)
@@ -175,7 +187,7 @@ def _route(T, S, params, c, delta, todo, touched, created):
     that had no such child) to ``created``."""
     b = S[1][S[3][c]]
     return _route_from(
-        T, S, params, c, delta, todo, touched, created, T[10][C_ROOT], b[0], b[1], b[2], b[3]
+        T, S, params, c, delta, todo, touched, created, T[T_CNT][C_ROOT], b[0], b[1], b[2], b[3]
     )
 
 
@@ -191,13 +203,13 @@ def _route_from(T, S, params, c, delta, todo, touched, created, start, b0, b1, b
     stack.append(np.int64(start))  # int64 whatever the caller passes (child ids are int32)
     while len(stack) > 0:
         u = stack.pop()
-        NI = T[0]
+        NI = T[T_NI]
         typ = NI[u, F_TYPE]
         if typ == LEAF:
             touched.append(u)
             if delta > 0:
                 T = _leaf_append(T, u, c, S)
-                NI = T[0]
+                NI = T[T_NI]
                 if (
                     NI[u, F_LLEN] > theta_p
                     and NI[u, F_LLEN] > 2 * NI[u, F_NBUILT]
@@ -221,7 +233,7 @@ def _route_from(T, S, params, c, delta, todo, touched, created, start, b0, b1, b
                 if top >= 0:
                     todo.append(top)
             continue
-        NF = T[1]
+        NF = T[T_NF]
         off = NI[u, F_CHOFF]
         if typ == KNODE:
             l = NI[u, F_L]
@@ -239,20 +251,20 @@ def _route_from(T, S, params, c, delta, todo, touched, created, start, b0, b1, b
                     T, d = _new_leaf_child(
                         T, u, l + 1, 0, NI[u, F_SP], NF[u, 0], NF[u, 1], NF[u, 2], NF[u, 3]
                     )
-                    NI = T[0]
+                    NI = T[T_NI]
                     NI[u, F_DUMMY] = d
                     created.append(d)
                 stack.append(d)
             else:
                 # a keyword between two cuts joins the cut before it (or the first cut)
-                CLO = T[3]
-                CHI = T[4]
+                CLO = T[T_CLO]
+                CHI = T[T_CHI]
                 if w < CLO[off + lo]:
                     CLO[off + lo] = w
                 elif w > CHI[off + lo]:
                     CHI[off + lo] = w
-                T[6][off + lo] += delta
-                child = T[2][off + lo]
+                T[T_WCUR][off + lo] += delta
+                child = T[T_CH][off + lo]
                 if child < 0:
                     child_l = l if CLO[off + lo] != CHI[off + lo] else l + 1
                     T, child = _new_leaf_child(
@@ -266,15 +278,15 @@ def _route_from(T, S, params, c, delta, todo, touched, created, start, b0, b1, b
                         NF[u, 2],
                         NF[u, 3],
                     )
-                    NI = T[0]
-                    T[2][off + lo] = child
+                    NI = T[T_NI]
+                    T[T_CH][off + lo] = child
                     created.append(child)
                 stack.append(child)
         else:
             boff = NI[u, F_BOFF]
             nx = NI[u, F_NX]
             ny = NI[u, F_NY]
-            BND = T[7]
+            BND = T[T_BND]
             x0, x1, y0, y1, to_dummy = _cells_of(T, params, u, b0, b1, b2, b3)
             if to_dummy:
                 NI[u, F_WD_CUR] += delta
@@ -283,7 +295,7 @@ def _route_from(T, S, params, c, delta, todo, touched, created, start, b0, b1, b
                     T, d = _new_leaf_child(
                         T, u, NI[u, F_L], NI[u, F_KP], 0, NF[u, 0], NF[u, 1], NF[u, 2], NF[u, 3]
                     )
-                    NI = T[0]
+                    NI = T[T_NI]
                     NI[u, F_DUMMY] = d
                     created.append(d)
                 stack.append(d)
@@ -291,10 +303,10 @@ def _route_from(T, S, params, c, delta, todo, touched, created, start, b0, b1, b
                 for a in range(x0, x1 + 1):
                     for b in range(y0, y1 + 1):
                         k = off + a * ny + b
-                        T[6][k] += delta
-                        child = T[2][k]
+                        T[T_WCUR][k] += delta
+                        child = T[T_CH][k]
                         if child < 0:
-                            BND = T[7]
+                            BND = T[T_BND]
                             T, child = _new_leaf_child(
                                 T,
                                 u,
@@ -306,8 +318,8 @@ def _route_from(T, S, params, c, delta, todo, touched, created, start, b0, b1, b
                                 BND[boff + a + 1],
                                 BND[boff + nx + 2 + b],
                             )
-                            NI = T[0]
-                            T[2][k] = child
+                            NI = T[T_NI]
+                            T[T_CH][k] = child
                             created.append(child)
                         stack.append(np.int64(child))
         _note_update(T, params, u, todo)
@@ -317,9 +329,9 @@ def _route_from(T, S, params, c, delta, todo, touched, created, start, b0, b1, b
 @njit(cache=True)
 def _cells_of(T, params, u, b0, b1, b2, b3):
     """Where a region with box (b0, b1, b2, b3) goes at s-node u: (x0, x1, y0, y1, to dummy)."""
-    NI = T[0]
-    NF = T[1]
-    BND = T[7]
+    NI = T[T_NI]
+    NF = T[T_NF]
+    BND = T[T_BND]
     boff = NI[u, F_BOFF]
     nx = NI[u, F_NX]
     ny = NI[u, F_NY]
@@ -333,7 +345,7 @@ def _cells_of(T, params, u, b0, b1, b2, b3):
 @njit(cache=True)
 def _k_child(T, params, u, c, cl_off, cl_len, terms):
     """The child of k-node u that holds clause c (which is in the tree): -1 for the dummy."""
-    NI = T[0]
+    NI = T[T_NI]
     l = NI[u, F_L]
     if cl_len[c] <= l:
         return -1
@@ -344,11 +356,11 @@ def _k_child(T, params, u, c, cl_off, cl_len, terms):
 def _cut_for(T, params, u, w):
     """The cut of k-node u that keyword w joins: the last whose low keyword is <= w (or the
     first), or -1 for the dummy when the tree sends keywords between cuts there (see layout)."""
-    off = T[0][u, F_CHOFF]
-    CLO = T[3]
-    CHI = T[4]
+    off = T[T_NI][u, F_CHOFF]
+    CLO = T[T_CLO]
+    CHI = T[T_CHI]
     lo = 0
-    hi = T[0][u, F_NCH] - 1
+    hi = T[T_NI][u, F_NCH] - 1
     while lo < hi:
         mid = (lo + hi + 1) // 2
         if CLO[off + mid] <= w:
@@ -370,10 +382,10 @@ def _move_route(T, S, params, c, ob, todo, touched_old, touched_new, created):
     s = S[3][c]
     nb = bbox[s]
     stack = List()
-    stack.append(T[10][C_ROOT])
+    stack.append(T[T_CNT][C_ROOT])
     while len(stack) > 0:
         u = stack.pop()
-        NI = T[0]
+        NI = T[T_NI]
         typ = NI[u, F_TYPE]
         if typ == LEAF:
             touched_old.append(u)
@@ -383,7 +395,7 @@ def _move_route(T, S, params, c, ob, todo, touched_old, touched_new, created):
         off = NI[u, F_CHOFF]
         if typ == KNODE:
             lo = _k_child(T, params, u, c, S[4], S[5], S[6])
-            stack.append(NI[u, F_DUMMY] if lo < 0 else T[2][off + lo])
+            stack.append(NI[u, F_DUMMY] if lo < 0 else T[T_CH][off + lo])
             continue
         ny = NI[u, F_NY]
         ox0, ox1, oy0, oy1, o_dummy = _cells_of(T, params, u, ob[0], ob[1], ob[2], ob[3])
@@ -394,39 +406,39 @@ def _move_route(T, S, params, c, ob, todo, touched_old, touched_new, created):
         if not o_dummy and not n_dummy and ox0 == nx0 and ox1 == nx1 and oy0 == ny0 and oy1 == ny1:
             for a in range(ox0, ox1 + 1):  # the same cells: the clause stays in each
                 for b in range(oy0, oy1 + 1):
-                    stack.append(np.int64(T[2][off + a * ny + b]))
+                    stack.append(np.int64(T[T_CH][off + a * ny + b]))
             continue
         if o_dummy:
             T = _route_from(
                 T, S, params, c, -1, todo, touched_old, created, NI[u, F_DUMMY],
                 ob[0], ob[1], ob[2], ob[3],
             )  # fmt: skip
-            NI = T[0]
+            NI = T[T_NI]
             NI[u, F_WD_CUR] -= 1
         if n_dummy:
             NI[u, F_WD_CUR] += 1
             d = NI[u, F_DUMMY]
             if d < 0:
-                NF = T[1]
+                NF = T[T_NF]
                 T, d = _new_leaf_child(
                     T, u, NI[u, F_L], NI[u, F_KP], 0, NF[u, 0], NF[u, 1], NF[u, 2], NF[u, 3]
                 )
-                NI = T[0]
+                NI = T[T_NI]
                 NI[u, F_DUMMY] = d
                 created.append(d)
             T = _route_from(
                 T, S, params, c, 1, todo, touched_new, created, d, nb[0], nb[1], nb[2], nb[3]
             )
-            NI = T[0]
+            NI = T[T_NI]
         if not o_dummy:
             for a in range(ox0, ox1 + 1):
                 for b in range(oy0, oy1 + 1):
                     k = off + a * ny + b
-                    child = T[2][k]
+                    child = T[T_CH][k]
                     if not n_dummy and nx0 <= a <= nx1 and ny0 <= b <= ny1:
                         stack.append(np.int64(child))
                         continue
-                    T[6][k] -= 1
+                    T[T_WCUR][k] -= 1
                     T = _route_from(
                         T, S, params, c, -1, todo, touched_old, created, child,
                         ob[0], ob[1], ob[2], ob[3],
@@ -436,12 +448,12 @@ def _move_route(T, S, params, c, ob, todo, touched_old, touched_new, created):
                 for b in range(ny0, ny1 + 1):
                     if not o_dummy and ox0 <= a <= ox1 and oy0 <= b <= oy1:
                         continue
-                    NI = T[0]
+                    NI = T[T_NI]
                     k = off + a * ny + b
-                    T[6][k] += 1
-                    child = T[2][k]
+                    T[T_WCUR][k] += 1
+                    child = T[T_CH][k]
                     if child < 0:
-                        BND = T[7]
+                        BND = T[T_BND]
                         boff = NI[u, F_BOFF]
                         gx = NI[u, F_NX]
                         T, child = _new_leaf_child(
@@ -449,7 +461,7 @@ def _move_route(T, S, params, c, ob, todo, touched_old, touched_new, created):
                             BND[boff + a], BND[boff + gx + 1 + b],
                             BND[boff + a + 1], BND[boff + gx + 2 + b],
                         )  # fmt: skip
-                        T[2][k] = child
+                        T[T_CH][k] = child
                         created.append(child)
                     T = _route_from(
                         T, S, params, c, 1, todo, touched_new, created, child,
@@ -481,50 +493,50 @@ def move_clauses(T, S, params, clauses, ob):
 
 @njit(cache=True)
 def _leaf_set_box(T, u, c, S):
-    NI = T[0]
-    LI = T[8]
+    NI = T[T_NI]
+    LI = T[T_LI]
     off = NI[u, F_LOFF]
     for i in range(off, off + NI[u, F_LLEN]):
         if LI[i] == c:
-            set_leaf_entry(T[11], i, S, c)
+            set_leaf_entry(T[T_LB], i, S, c)
             return
     raise AssertionError("clause missing from the leaf it routes to")
 
 
 @njit(cache=True)
 def _leaf_append(T, u, c, S):
-    NI = T[0]
+    NI = T[T_NI]
     n = NI[u, F_LLEN]
     if n == NI[u, F_LCAP]:
         cap = max(MIN_LEAF_CAP, 2 * n)
         T = ensure_li(T, cap)
-        NI = T[0]
-        LI = T[8]
-        off = T[10][C_LI]
-        T[10][C_LI] += cap
+        NI = T[T_NI]
+        LI = T[T_LI]
+        off = T[T_CNT][C_LI]
+        T[T_CNT][C_LI] += cap
         old = NI[u, F_LOFF]
         LI[off : off + n] = LI[old : old + n]
-        T[11][off : off + n] = T[11][old : old + n]
-        T[10][C_GARBAGE] += NI[u, F_LCAP]
+        T[T_LB][off : off + n] = T[T_LB][old : old + n]
+        T[T_CNT][C_GARBAGE] += NI[u, F_LCAP]
         NI[u, F_LOFF] = off
         NI[u, F_LCAP] = cap
-    T[8][NI[u, F_LOFF] + n] = c
-    set_leaf_entry(T[11], NI[u, F_LOFF] + n, S, c)
+    T[T_LI][NI[u, F_LOFF] + n] = c
+    set_leaf_entry(T[T_LB], NI[u, F_LOFF] + n, S, c)
     NI[u, F_LLEN] = n + 1
     return T
 
 
 @njit(cache=True)
 def _leaf_remove(T, u, c):
-    NI = T[0]
-    LI = T[8]
+    NI = T[T_NI]
+    LI = T[T_LI]
     off = NI[u, F_LOFF]
     n = NI[u, F_LLEN]
     for i in range(off, off + n):
         if LI[i] == c:
             LI[i] = LI[off + n - 1]
             LI[off + n - 1] = -1
-            T[11][i] = T[11][off + n - 1]
+            T[T_LB][i] = T[T_LB][off + n - 1]
             NI[u, F_LLEN] = n - 1
             return
     raise AssertionError("clause missing from the leaf it routes to")
@@ -595,7 +607,7 @@ def _unique_todo(todo):
 def rebuild_nodes(T, S, PW, SPX, SPY, params, nodes):
     """Rebuild each still-live node of ``nodes``, shallowest first, skipping nodes under one
     already rebuilt (their ids may have been recycled). Returns (tree, rebuilt count)."""
-    NI = T[0]
+    NI = T[T_NI]
     depth = np.empty(nodes.shape[0], np.int64)
     for i in range(nodes.shape[0]):
         depth[i] = NI[nodes[i], F_DEPTH] if NI[nodes[i], F_TYPE] != FREED else 1 << 40
@@ -606,7 +618,7 @@ def rebuild_nodes(T, S, PW, SPX, SPY, params, nodes):
     done.pop()
     for i in order:
         u = nodes[i]
-        NI = T[0]
+        NI = T[T_NI]
         if skip[i] or NI[u, F_TYPE] == FREED or NI[u, F_DEPTH] != depth[i]:
             continue
         covered = False
@@ -626,13 +638,13 @@ def rebuild_nodes(T, S, PW, SPX, SPY, params, nodes):
         old = NI[u, F_SIZE]
         T, items = collect_and_free(T, u)
         T, new = build_subtree(T, S, PW, SPX, SPY, params, u, items)
-        NI = T[0]
+        NI = T[T_NI]
         p = NI[u, F_PARENT]
         while p >= 0:
             NI[p, F_SIZE] += new - old
             p = NI[p, F_PARENT]
         done.append(u)
-    T[10][C_REBUILDS] += len(done)
+    T[T_CNT][C_REBUILDS] += len(done)
     return T, len(done)
 
 
@@ -642,7 +654,7 @@ def _promotable(T, params, u):
     (``promote_dummy``): a k-node with one cut per keyword whose gaps go to the dummy that has
     not doubled since it was last built (then it is rebuilt whole, so that the
     cost model chooses its kind and offset again over what it holds now)."""
-    NI = T[0]
+    NI = T[T_NI]
     return (
         NI[u, F_TYPE] == KNODE
         and params[P_GAP_TO_DUMMY] > 0.5
@@ -656,7 +668,7 @@ def _promotable(T, params, u):
 def _skip_under(T, nodes, top, skip):
     """Mark the nodes of ``nodes`` that lie in the subtree of ``top`` (about to be recycled, so
     their ids may be handed out again before they come up)."""
-    NI = T[0]
+    NI = T[T_NI]
     if top < 0:
         return
     for j in range(nodes.shape[0]):
@@ -679,24 +691,24 @@ def promote_dummy(T, S, PW, SPX, SPY, params, u):
     of the cut list, instead of the whole subtree: a tree growing from empty no longer rebuilds
     its root every 5 % of growth (docs/BENCHMARKS.md, [2.2]). The caller carries the AP+-Tree's
     messages over as for a rebuild."""
-    NI = T[0]
+    NI = T[T_NI]
     d = NI[u, F_DUMMY]
     if d < 0:  # the cuts' weights drifted: the same cuts again, with a new baseline
         off = NI[u, F_CHOFF]
         for k in range(off, off + NI[u, F_NCH]):
-            T[5][k] = T[6][k]
+            T[T_WOLD][k] = T[T_WCUR][k]
         NI[u, F_WD_OLD] = NI[u, F_WD_CUR]
         NI[u, F_NUPD] = 0
-        T[10][C_PROMOTIONS] += 1
+        T[T_CNT][C_PROMOTIONS] += 1
         return T
     l = NI[u, F_L]
     kp = NI[u, F_KP]
     sp = NI[u, F_SP]
     depth = NI[u, F_DEPTH]
-    x0 = T[1][u, 0]
-    y0 = T[1][u, 1]
-    x1 = T[1][u, 2]
-    y1 = T[1][u, 3]
+    x0 = T[T_NF][u, 0]
+    y0 = T[T_NF][u, 1]
+    x1 = T[T_NF][u, 2]
+    y1 = T[T_NF][u, 3]
     old_size = NI[d, F_SIZE]
     T, items = collect_and_free(T, d)
     cl_off = S[4]
@@ -718,13 +730,13 @@ def promote_dummy(T, S, PW, SPX, SPY, params, u):
     m_old = NI[u, F_NCH]
     T = ensure_ch(T, m_old + m_new)
     T = ensure_nodes(T, m_new)
-    NI = T[0]
-    CH = T[2]
-    CLO = T[3]
-    CHI = T[4]
-    WOLD = T[5]
-    WCUR = T[6]
-    CNT = T[10]
+    NI = T[T_NI]
+    CH = T[T_CH]
+    CLO = T[T_CLO]
+    CHI = T[T_CHI]
+    WOLD = T[T_WOLD]
+    WCUR = T[T_WCUR]
+    CNT = T[T_CNT]
     off_old = NI[u, F_CHOFF]
     off = CNT[C_CH]
     CNT[C_CH] += m_old + m_new
@@ -767,19 +779,19 @@ def promote_dummy(T, S, PW, SPX, SPY, params, u):
     for j in range(len(new_nodes)):
         T, size = build_subtree(T, S, PW, SPX, SPY, params, new_nodes[j], new_items[j])
         added += size
-    NI = T[0]
+    NI = T[T_NI]
     if nd > 0:
         rest = np.empty(nd, np.int32)
         for j in range(nd):
             rest[j] = items[order[j]]
         init_node(T, d, u, l + 1, 0, sp, depth + 1, x0, y0, x1, y1)
         T, size = build_subtree(T, S, PW, SPX, SPY, params, d, rest)
-        NI = T[0]
+        NI = T[T_NI]
         added += size
     else:
         NI[u, F_DUMMY] = -1
         T = _free_node(T, d)
-        NI = T[0]
+        NI = T[T_NI]
     NI[u, F_WD_OLD] = nd
     NI[u, F_WD_CUR] = nd
     NI[u, F_NUPD] = 0
@@ -787,21 +799,34 @@ def promote_dummy(T, S, PW, SPX, SPY, params, u):
     while p >= 0:
         NI[p, F_SIZE] += added - old_size
         p = NI[p, F_PARENT]
-    T[10][C_PROMOTIONS] += 1
+    T[T_CNT][C_PROMOTIONS] += 1
     return T
 
 
 @njit(cache=True)
 def _free_node(T, nid):
     """Recycle node id ``nid`` (its subtree already freed)."""
-    FREE = T[9]
-    CNT = T[10]
+    FREE = T[T_FREE]
+    CNT = T[T_CNT]
     if CNT[C_FREE] == FREE.shape[0]:
         F2 = np.zeros(2 * FREE.shape[0] + 16, np.int32)
         F2[: FREE.shape[0]] = FREE
         FREE = F2
-        T = (T[0], T[1], T[2], T[3], T[4], T[5], T[6], T[7], T[8], F2, T[10], T[11])
-    T[0][nid, F_TYPE] = FREED
+        T = (
+            T[T_NI],
+            T[T_NF],
+            T[T_CH],
+            T[T_CLO],
+            T[T_CHI],
+            T[T_WOLD],
+            T[T_WCUR],
+            T[T_BND],
+            T[T_LI],
+            F2,
+            T[T_CNT],
+            T[T_LB],
+        )
+    T[T_NI][nid, F_TYPE] = FREED
     FREE[CNT[C_FREE]] = nid
     CNT[C_FREE] += 1
     return T

@@ -33,6 +33,14 @@ from shard.aptree.layout import (
     LBI_SLOT,
     LBI_T,
     LEAF,
+    T_BND,
+    T_CH,
+    T_CHI,
+    T_CLO,
+    T_CNT,
+    T_LB,
+    T_LI,
+    T_NI,
 )
 from shard.aptree.partition import cell_of, cell_range
 from shard.geometry import KIND_CIRCLE, exact_hit
@@ -117,7 +125,7 @@ def match_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom):
     last stamp used and the number of leaf entries verified (the paper's cost measure). Cost per
     message: the nodes visited plus O(|c|) per clause verified."""
     out_m, out_s, stamp, verified, _, _, _ = traverse_kernel(
-        T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, T[10][C_ROOT], False
+        T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, T[T_CNT][C_ROOT], False
     )
     return out_m, out_s, stamp, verified
 
@@ -128,13 +136,13 @@ def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start,
     it also returns every node each message visited, in visiting order, as (message index, node,
     dead end) where a dead end is a child the message would enter that does not exist (a missing
     dummy, an empty cell or cut): the AP+-Tree stores messages along these traces."""
-    NI = T[0]
-    CH = T[2]
-    CLO = T[3]
-    CHI = T[4]
-    BND = T[7]
-    LI = T[8]
-    LB = T[11]
+    NI = T[T_NI]
+    CH = T[T_CH]
+    CLO = T[T_CLO]
+    CHI = T[T_CHI]
+    BND = T[T_BND]
+    LI = T[T_LI]
+    LB = T[T_LB]
     LBI = LB.view(np.int32)
     bbox = S[1]
     circ = S[2]

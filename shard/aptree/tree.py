@@ -60,6 +60,9 @@ from shard.aptree.layout import (
     P_THETA_KL,
     P_THETA_P,
     SNODE,
+    T_CNT,
+    T_LI,
+    T_NI,
 )
 from shard.aptree.maintain import delete_clauses, insert_clauses, rebuild_nodes
 from shard.aptree.match import match_kernel, pack_terms
@@ -248,7 +251,9 @@ class APTree:
         T, store = self._tree, self.store
         if not len(store):
             return
-        pool = T[8][: int(T[10][C_LI])]  # a fresh build leaves no garbage: -1 or a live clause
+        pool = T[T_LI][
+            : int(T[T_CNT][C_LI])
+        ]  # a fresh build leaves no garbage: -1 or a live clause
         used = pool >= 0
         slots = store.cl_sub[pool[used]]
         _, first = np.unique(slots, return_index=True)
@@ -301,8 +306,8 @@ class APTree:
         n = len(self.store)
         if n < REBUILD_WHOLE_MIN:
             return False
-        NI = self._tree[0]
-        root = int(self._tree[10][C_ROOT])
+        NI = self._tree[T_NI]
+        root = int(self._tree[T_CNT][C_ROOT])
         # the root's entries count a clause once per s-node cell it is in: they may grow first
         g = self._params[P_GROWTH]
         if NI[root, F_SIZE] >= g * NI[root, F_NBUILT]:
@@ -331,7 +336,7 @@ class APTree:
     @property
     def rebuilds(self) -> int:
         """Subtrees rebuilt so far (leaf splits, KL reconstructions, collapses)."""
-        return int(self._tree[10][C_REBUILDS])
+        return int(self._tree[T_CNT][C_REBUILDS])
 
     def _housekeeping(self, n: int = 1) -> None:
         """After ``n`` updates: every ``HOUSEKEEPING_EVERY`` updates, compact the pools if garbage
@@ -343,7 +348,7 @@ class APTree:
             self._update_kl_min()
 
     def _compact_if_needed(self) -> None:
-        CNT = self._tree[10]
+        CNT = self._tree[T_CNT]
         # leaf moves and rebuilds orphan pool slices; copy the live ones once garbage dominates
         if CNT[C_GARBAGE] > max(COMPACT_MIN_GARBAGE, (CNT[C_LI] + CNT[C_CH]) // 2):
             self._tree = compact(self._tree)
@@ -357,7 +362,7 @@ class APTree:
             self._pw = np.concatenate((self._pw, extra))
 
     def _update_kl_min(self) -> None:
-        size = int(self._tree[0][int(self._tree[10][C_ROOT]), F_SIZE])
+        size = int(self._tree[T_NI][int(self._tree[T_CNT][C_ROOT]), F_SIZE])
         self._params[P_KL_MIN_SIZE] = max(self._params[P_THETA_P], self.kl_min_fraction * size)
 
     def _ensure_stamps(self) -> None:
@@ -418,7 +423,7 @@ class APTree:
     def stats(self) -> dict[str, int]:
         """Node counts by type, leaf entries, depth, pool usage."""
         T = self._tree
-        NI, CNT = T[0], T[10]
+        NI, CNT = T[T_NI], T[T_CNT]
         n = int(CNT[C_NODES])
         types = NI[:n, F_TYPE]
         from shard.aptree.layout import F_DEPTH, F_LLEN
