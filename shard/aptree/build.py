@@ -123,7 +123,7 @@ def new_tree(node_cap: int = 1024, ch_cap: int = 4096, li_cap: int = 4096):
 # ---- pool growth -----------------------------------------------------------------------
 @njit(cache=True)
 def ensure_nodes(T, extra):
-    NI = T[T_NI]
+    NI, NF, CH, CLO, CHI, WOLD, WCUR, BND, LI, FREE, CNT, LB = T
     need = T[T_CNT][C_NODES] + extra
     if need <= NI.shape[0]:
         return T
@@ -131,26 +131,13 @@ def ensure_nodes(T, extra):
     NI2 = np.full((cap, NI.shape[1]), -1, np.int64)
     NI2[: NI.shape[0]] = NI
     NF2 = np.zeros((cap, 4), np.float64)
-    NF2[: NI.shape[0]] = T[T_NF]
-    return (
-        NI2,
-        NF2,
-        T[T_CH],
-        T[T_CLO],
-        T[T_CHI],
-        T[T_WOLD],
-        T[T_WCUR],
-        T[T_BND],
-        T[T_LI],
-        T[T_FREE],
-        T[T_CNT],
-        T[T_LB],
-    )
+    NF2[: NI.shape[0]] = NF
+    return (NI2, NF2, CH, CLO, CHI, WOLD, WCUR, BND, LI, FREE, CNT, LB)
 
 
 @njit(cache=True)
 def ensure_ch(T, extra):
-    CH = T[T_CH]
+    NI, NF, CH, CLO, CHI, WOLD, WCUR, BND, LI, FREE, CNT, LB = T
     need = T[T_CNT][C_CH] + extra
     if need <= CH.shape[0]:
         return T
@@ -159,77 +146,39 @@ def ensure_ch(T, extra):
     CH2 = np.full(cap, -1, np.int32)
     CH2[:n] = CH
     CLO2 = np.zeros(cap, np.int32)
-    CLO2[:n] = T[T_CLO]
+    CLO2[:n] = CLO
     CHI2 = np.zeros(cap, np.int32)
-    CHI2[:n] = T[T_CHI]
+    CHI2[:n] = CHI
     W1 = np.zeros(cap, np.float64)
-    W1[:n] = T[T_WOLD]
+    W1[:n] = WOLD
     W2 = np.zeros(cap, np.float64)
-    W2[:n] = T[T_WCUR]
-    return (
-        T[T_NI],
-        T[T_NF],
-        CH2,
-        CLO2,
-        CHI2,
-        W1,
-        W2,
-        T[T_BND],
-        T[T_LI],
-        T[T_FREE],
-        T[T_CNT],
-        T[T_LB],
-    )
+    W2[:n] = WCUR
+    return (NI, NF, CH2, CLO2, CHI2, W1, W2, BND, LI, FREE, CNT, LB)
 
 
 @njit(cache=True)
 def ensure_bnd(T, extra):
-    B = T[T_BND]
+    NI, NF, CH, CLO, CHI, WOLD, WCUR, BND, LI, FREE, CNT, LB = T
+    B = BND
     need = T[T_CNT][C_BND] + extra
     if need <= B.shape[0]:
         return T
     B2 = np.zeros(max(need, 2 * B.shape[0]), np.float64)
     B2[: B.shape[0]] = B
-    return (
-        T[T_NI],
-        T[T_NF],
-        T[T_CH],
-        T[T_CLO],
-        T[T_CHI],
-        T[T_WOLD],
-        T[T_WCUR],
-        B2,
-        T[T_LI],
-        T[T_FREE],
-        T[T_CNT],
-        T[T_LB],
-    )
+    return (NI, NF, CH, CLO, CHI, WOLD, WCUR, B2, LI, FREE, CNT, LB)
 
 
 @njit(cache=True)
 def ensure_li(T, extra):
-    LI = T[T_LI]
+    NI, NF, CH, CLO, CHI, WOLD, WCUR, BND, LI, FREE, CNT, LB = T
     need = T[T_CNT][C_LI] + extra
     if need <= LI.shape[0]:
         return T
     L2 = np.full(max(need, 2 * LI.shape[0]), -1, np.int32)
     L2[: LI.shape[0]] = LI
     B2 = np.zeros((L2.shape[0], LB_WIDTH), np.float64)
-    B2[: LI.shape[0]] = T[T_LB]
-    return (
-        T[T_NI],
-        T[T_NF],
-        T[T_CH],
-        T[T_CLO],
-        T[T_CHI],
-        T[T_WOLD],
-        T[T_WCUR],
-        T[T_BND],
-        L2,
-        T[T_FREE],
-        T[T_CNT],
-        B2,
-    )
+    B2[: LI.shape[0]] = LB
+    return (NI, NF, CH, CLO, CHI, WOLD, WCUR, BND, L2, FREE, CNT, B2)
 
 
 @njit(cache=True)
@@ -756,8 +705,7 @@ def _make_snode(T, S, nid, its, bx, by, isd, nd, counts, stack_node, stack_items
 def collect_and_free(T, nid):
     """Gather the distinct clause ids stored under ``nid`` and recycle every node below it
     (``nid`` itself stays allocated, its pools become garbage). O(subtree)."""
-    NI = T[T_NI]
-    CH = T[T_CH]
+    NI, NF, CH, CLO, CHI, WOLD, WCUR, BND, LI, FREE, CNT, LB = T
     out = List()
     out.append(np.int32(0))
     out.pop()
@@ -792,20 +740,7 @@ def collect_and_free(T, nid):
         F2 = np.zeros(max(need, 2 * FREE.shape[0]), np.int32)
         F2[: FREE.shape[0]] = FREE
         FREE = F2
-        T = (
-            T[T_NI],
-            T[T_NF],
-            T[T_CH],
-            T[T_CLO],
-            T[T_CHI],
-            T[T_WOLD],
-            T[T_WCUR],
-            T[T_BND],
-            T[T_LI],
-            F2,
-            T[T_CNT],
-            T[T_LB],
-        )
+        T = (NI, NF, CH, CLO, CHI, WOLD, WCUR, BND, LI, F2, CNT, LB)
     for u in freed:
         NI[u, F_TYPE] = FREED
         FREE[T[T_CNT][C_FREE]] = u

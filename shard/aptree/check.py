@@ -38,16 +38,9 @@ from shard.aptree.layout import (
     P_GAP_TO_DUMMY,
     P_MAX_SPAN,
     SNODE,
-    T_BND,
-    T_CH,
-    T_CHI,
-    T_CLO,
-    T_CNT,
     T_LB,
-    T_LI,
     T_NF,
     T_NI,
-    T_WCUR,
 )
 
 if TYPE_CHECKING:
@@ -75,17 +68,7 @@ def check_tree(tree: APTree) -> None:
     """
     T = tree._tree
     store = tree.store
-    NI, NF, CH, CLO, CHI, WCUR, BND, LI, CNT = (
-        T[T_NI],
-        T[T_NF],
-        T[T_CH],
-        T[T_CLO],
-        T[T_CHI],
-        T[T_WCUR],
-        T[T_BND],
-        T[T_LI],
-        T[T_CNT],
-    )
+    NI, NF, CH, CLO, CHI, _, WCUR, BND, LI, _, CNT, _ = T
     bbox, cl_sub, cl_off, cl_len, terms = (
         store.bbox,
         store.cl_sub,

@@ -78,7 +78,6 @@ from shard.aptree.layout import (
     T_CHI,
     T_CLO,
     T_CNT,
-    T_FREE,
     T_LB,
     T_LI,
     T_NF,
@@ -806,26 +805,12 @@ def promote_dummy(T, S, PW, SPX, SPY, params, u):
 @njit(cache=True)
 def _free_node(T, nid):
     """Recycle node id ``nid`` (its subtree already freed)."""
-    FREE = T[T_FREE]
-    CNT = T[T_CNT]
+    NI, NF, CH, CLO, CHI, WOLD, WCUR, BND, LI, FREE, CNT, LB = T
     if CNT[C_FREE] == FREE.shape[0]:
         F2 = np.zeros(2 * FREE.shape[0] + 16, np.int32)
         F2[: FREE.shape[0]] = FREE
         FREE = F2
-        T = (
-            T[T_NI],
-            T[T_NF],
-            T[T_CH],
-            T[T_CLO],
-            T[T_CHI],
-            T[T_WOLD],
-            T[T_WCUR],
-            T[T_BND],
-            T[T_LI],
-            F2,
-            T[T_CNT],
-            T[T_LB],
-        )
+        T = (NI, NF, CH, CLO, CHI, WOLD, WCUR, BND, LI, F2, CNT, LB)
     T[T_NI][nid, F_TYPE] = FREED
     FREE[CNT[C_FREE]] = nid
     CNT[C_FREE] += 1
