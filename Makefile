@@ -32,14 +32,16 @@ run: $(STAMP) redis-server
 	$(BIN)/geopubsub demo --work-dir $(DEMO) --subs 200000 --moving-share 0.1 --seed 7 \
 	  --dnf-share 0.1 --circle-share 0.1 --region-msg-share 0.05 --shards 2
 
-## make test: lint and the whole test suite
+## make test: lint, the import layers (pyproject.toml [tool.importlinter]) and the whole test suite
 test: $(STAMP) redis-server
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf $(VENV) .geopubsub

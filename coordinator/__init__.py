@@ -1,1 +1,1 @@
-"""The coordinator: asyncio gRPC server routing messages and location updates to shards (issue [3/4])."""
+"""The coordinator: asyncio gRPC server routing messages and location updates to shards."""

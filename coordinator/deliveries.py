@@ -34,11 +34,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from coordinator.convert import to_proto_delivery
 from coordinator.dedupe import Dedupe
 from coordinator.retention import SREC, RoundLog, encode_round, message_record, to_message
 from coordinator.rounds import ADD, Round
 from coordinator.slots import Slots, directory, number
+from geopubsub.convert import to_proto_delivery
 from geopubsub.v1 import geopubsub_pb2 as pb
 from shard.errors import OverloadedError, UnavailableError
 

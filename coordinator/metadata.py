@@ -247,7 +247,7 @@ class Metadata:
         """Forget subscriptions (their hash, position, and membership of the id and ephemeral
         sets) in one script call (``DELETE_SCRIPT``): a redis-py pipeline of four commands a
         subscription took ~60 % of the coordinator's time in batched Unsubscribes (py-spy,
-        docs/BENCHMARKS.md [2.2])."""
+        docs/BENCHMARKS.md)."""
         ids = list(ids)
         if not ids:
             return

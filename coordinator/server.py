@@ -1,6 +1,6 @@
 """The GeoPubSub gRPC service (asyncio) and ``create_server``, the one way to build it.
 
-A request is validated and converted (``coordinator.convert``), handed to the ``Engine`` (which
+A request is validated and converted (``geopubsub.convert``), handed to the ``Engine`` (which
 routes it to the shards in micro-batched rounds) and answered when its round has been delivered
 (``coordinator.deliveries``); Redis (``coordinator.metadata``) keeps the subscriptions. Errors
 are raised as ``shard.errors`` and mapped to status codes by ``@grpc_errors`` only.
@@ -21,14 +21,6 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from coordinator.access import Access, AuthInterceptor, check_owned
-from coordinator.convert import (
-    MAX_MOVE_BATCH,
-    from_proto_location_request,
-    from_proto_message,
-    from_proto_subscribe_request,
-    from_proto_unsubscribe_request,
-    to_proto_subscription,
-)
 from coordinator.dedupe import Dedupe
 from coordinator.deliveries import Deliveries
 from coordinator.engine import Engine, ShardHandle
@@ -39,6 +31,14 @@ from coordinator.retention import RoundLog
 from coordinator.settings import Settings
 from coordinator.slots import Slots
 from coordinator.status import grpc_errors
+from geopubsub.convert import (
+    MAX_MOVE_BATCH,
+    from_proto_location_request,
+    from_proto_message,
+    from_proto_subscribe_request,
+    from_proto_unsubscribe_request,
+    to_proto_subscription,
+)
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.applus.tree import recentre

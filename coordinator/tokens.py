@@ -19,7 +19,9 @@ StreamResults, UpdateLocation, LocationStream on the ids that start with its ``o
 
 >>> text, tok = mint("subscriber", "app1/", expires_s=60, now=1000.0)
 >>> parse(text) == (tok.id, text.split(".", 1)[1]), tok.expires, tok.owns("app1/alice")
-(True, 1060.0, False)
+(True, 1060.0, True)
+>>> tok.owns("app2/bob")
+False
 >>> tok.valid(text.split(".", 1)[1], now=1001.0), tok.valid("guess", now=1001.0)
 (True, False)
 >>> Token.from_json(tok.id, tok.to_json()) == tok

@@ -1,1 +1,1 @@
-"""Local launcher and cluster manifests (issue [3/4])."""
+"""Local launcher and cluster manifests."""

@@ -1,5 +1,5 @@
 """``geopubsub bench chaos``: what clients receive while the cluster's processes are killed and
-stopped (issue [2.1], "Deliveries you can trust").
+stopped.
 
 1. **cluster** — a detached, supervised local cluster (private redis-server, local Ray,
    ``--shards``, the coordinator on 127.0.0.1) in ``--data-dir``, started empty
@@ -392,7 +392,7 @@ class RetryingPublisher:
         one_shot_mask: np.ndarray,
         give_up_s: float,
     ) -> None:
-        from coordinator.convert import to_proto_message
+        from geopubsub.convert import to_proto_message
 
         self.protos = {
             flag: [to_proto_message(replace(m, ttl=None if flag else ttl)) for m in messages]

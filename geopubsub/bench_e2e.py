@@ -1,4 +1,4 @@
-"""``geopubsub bench e2e``: the cluster end to end through gRPC (issue [3/4], Performance).
+"""``geopubsub bench e2e``: the cluster end to end through gRPC.
 
 Starts an empty local cluster (or joins ``--target``), registers the subscriptions of ``--subs``
 (Subscribe calls, many in flight; ``--no-register`` when they are there already), then measures:
@@ -34,7 +34,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from geopubsub.cluster_cli import add_client_flags, client_access
+from geopubsub.client import add_client_flags
+from geopubsub.cluster_cli import client_access
 from shard.errors import ValidationError
 from shard.model import Message, Point, Subscription
 

@@ -1,4 +1,4 @@
-"""``geopubsub bench soak``: a long run at a fixed rate, watching memory and latency (issue [2.1]).
+"""``geopubsub bench soak``: a long run at a fixed rate, watching memory and latency.
 
 Starts an empty, detached, supervised local cluster in ``--data-dir`` (as ``bench chaos`` does) or
 joins ``--target`` (its processes found through the ``cluster.json`` of ``--data-dir``), registers
@@ -33,7 +33,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from geopubsub.cluster_cli import add_client_flags, client_access
+from geopubsub.client import add_client_flags
+from geopubsub.cluster_cli import client_access
 from shard.errors import ValidationError
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""``geopubsub bench subscribe``: live Subscribe / Unsubscribe through gRPC (issue [2.2], item 3).
+"""``geopubsub bench subscribe``: live Subscribe / Unsubscribe through gRPC.
 
 Starts an empty, detached, supervised local cluster in ``--data-dir`` (as ``bench soak`` does),
 optionally bulk-loads ``--base`` first (so that the tree the subscriptions go into is large), then:
@@ -99,8 +99,8 @@ async def paced_latency(target: str, subs: Sequence, rate: float, duration_s: fl
     answered or not); the seconds each took."""
     import grpc
 
-    from coordinator.convert import to_proto_subscription
     from geopubsub.client import CHANNEL_OPTIONS
+    from geopubsub.convert import to_proto_subscription
     from geopubsub.v1 import geopubsub_pb2 as pb
     from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 
@@ -224,8 +224,8 @@ def register(kinds: argparse._SubParsersAction) -> None:
 
 
 def _validate(args) -> None:
-    from coordinator.convert import MAX_SUBSCRIBE_BATCH
     from geopubsub.bench_chaos import check_files
+    from geopubsub.convert import MAX_SUBSCRIBE_BATCH
 
     for b in args.batch:
         if not 1 <= b <= MAX_SUBSCRIBE_BATCH:

@@ -2,7 +2,7 @@
 subscription's deliveries with automatic resume after a disconnect.
 
 Arguments are validated here, with the rules the server applies (``shard.model`` through
-``coordinator.convert``), so a bad argument raises ``ValidationError`` naming it before any call;
+``geopubsub.convert``), so a bad argument raises ``ValidationError`` naming it before any call;
 failed calls raise ``grpc.RpcError`` with the server's status code and details. ::
 
     with GeoPubSubClient("127.0.0.1:50051") as client:
@@ -14,7 +14,9 @@ failed calls raise ``grpc.RpcError`` with the server's status code and details. 
 
 from __future__ import annotations
 
+import argparse
 import ipaddress
+import os
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +25,7 @@ from typing import Any, NamedTuple
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from coordinator.convert import (
+from geopubsub.convert import (
     MAX_MOVE_BATCH,
     MAX_SUBSCRIBE_BATCH,
     from_proto_delivery,
@@ -34,7 +36,7 @@ from coordinator.convert import (
 )
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
-from shard.errors import ValidationError
+from shard.errors import UnavailableError, ValidationError
 from shard.model import (
     Message,
     Subscription,
@@ -250,6 +252,71 @@ class PublishResult(NamedTuple):
 
 
 Coordinates = Sequence[float]
+
+
+def add_client_flags(p: argparse.ArgumentParser) -> None:
+    """``--ca``, ``--cert``, ``--key``, ``--token``: how a client reaches a coordinator that
+    serves TLS or has auth on (resolved by ``client_access``; ``GEOPUBSUB_CA``,
+    ``GEOPUBSUB_TOKEN``... and the settings file too)."""
+    p.add_argument(
+        "--ca",
+        help="TLS: PEM CA file to trust (default: the local cluster's, from cluster.json)",
+    )
+    p.add_argument("--cert", dest="client_cert", help="mutual TLS: this client's certificate")
+    p.add_argument("--key", dest="client_key", help="mutual TLS: its private key")
+    p.add_argument(
+        "--token",
+        help="bearer token of a cluster with auth on (geopubsub token create); better "
+        "GEOPUBSUB_TOKEN, which ps does not show",
+    )
+
+
+def endpoint_from_flags(
+    target: str, args: argparse.Namespace, env: Mapping[str, str] = os.environ
+) -> Endpoint:
+    """``target`` reached as the ``add_client_flags`` of ``args`` say, else as the environment
+    does (``GEOPUBSUB_CA``, ``GEOPUBSUB_CLIENT_CERT``, ``GEOPUBSUB_CLIENT_KEY``,
+    ``GEOPUBSUB_TOKEN``): TLS once a CA or a client certificate is given, else plaintext.
+
+    >>> endpoint_from_flags("h:1", argparse.Namespace(ca="ca.pem"), env={"GEOPUBSUB_TOKEN": "t"})
+    Endpoint(target='h:1', tls=Tls(ca='ca.pem', cert=None, key=None, server_name=None))
+    >>> endpoint_from_flags("h:1", argparse.Namespace(client_cert="c.pem"), env={})
+    Traceback (most recent call last):
+    ...
+    shard.errors.ValidationError: client_key=None: give it with client_cert (--cert and --key)
+    """
+
+    def pick(flag: str, var: str) -> str | None:
+        return getattr(args, flag, None) or env.get(var) or None
+
+    ca = pick("ca", "GEOPUBSUB_CA")
+    cert = pick("client_cert", "GEOPUBSUB_CLIENT_CERT")
+    key = pick("client_key", "GEOPUBSUB_CLIENT_KEY")
+    if bool(cert) != bool(key):
+        missing, given = ("client_key", "client_cert") if cert else ("client_cert", "client_key")
+        raise ValidationError(missing, None, f"give it with {given} (--cert and --key)")
+    tls = Tls(ca, cert, key) if ca or cert else None
+    return Endpoint(target, tls, pick("token", "GEOPUBSUB_TOKEN"))
+
+
+RELOAD_TIMEOUT_S = 600.0
+"""A reload rebuilds every shard: ~1-2 min for 1M subscriptions here."""
+
+
+def request_reload(endpoint: Endpoint, timeout_s: float = RELOAD_TIMEOUT_S) -> bool:
+    """Ask the coordinator at ``endpoint`` to rebuild its shards from Redis (the admin RPC
+    ``Reload``, after a bulk load); False if it has no such RPC (it then serves the loaded
+    subscriptions from its next start). Any other failure raises ``UnavailableError``."""
+    with endpoint.channel(options=()) as channel:
+        try:
+            pb_grpc.GeoPubSubStub(channel).Reload(pb.ReloadRequest(), timeout=timeout_s)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                return False
+            raise UnavailableError(
+                f"Reload at {endpoint.target}: {exc.code().name} {exc.details()}"
+            ) from None
+    return True
 
 
 class GeoPubSubClient:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.settings import Settings
+from geopubsub.client import add_client_flags
 from shard.errors import GeoPubSubError, ValidationError
 
 SETTING_FLAGS = (
@@ -63,23 +64,6 @@ def remote_parent() -> argparse.ArgumentParser:
     )
     add_client_flags(remote)
     return remote
-
-
-def add_client_flags(p: argparse.ArgumentParser) -> None:
-    """``--ca``, ``--cert``, ``--key``, ``--token``: how a client reaches a coordinator that
-    serves TLS or has auth on (resolved by ``client_access``; ``GEOPUBSUB_CA``,
-    ``GEOPUBSUB_TOKEN``... and the settings file too)."""
-    p.add_argument(
-        "--ca",
-        help="TLS: PEM CA file to trust (default: the local cluster's, from cluster.json)",
-    )
-    p.add_argument("--cert", dest="client_cert", help="mutual TLS: this client's certificate")
-    p.add_argument("--key", dest="client_key", help="mutual TLS: its private key")
-    p.add_argument(
-        "--token",
-        help="bearer token of a cluster with auth on (geopubsub token create); better "
-        "GEOPUBSUB_TOKEN, which ps does not show",
-    )
 
 
 def register(sub: argparse._SubParsersAction) -> None:

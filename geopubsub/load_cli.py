@@ -14,14 +14,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from geopubsub.cluster_cli import add_client_flags, client_access
-from shard.errors import UnavailableError, ValidationError
-
-RELOAD_METHOD = "/geopubsub.v1.GeoPubSub/Reload"
-"""The proposed admin RPC ``rpc Reload(ReloadRequest) returns (ReloadResponse)``, both messages
-empty for now, so it is called without generated stubs."""
-RELOAD_TIMEOUT_S = 600.0
-"""A reload rebuilds every shard: ~1-2 min for 1M subscriptions here."""
+from geopubsub.client import add_client_flags, request_reload
+from geopubsub.cluster_cli import client_access
+from shard.errors import ValidationError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -76,37 +71,6 @@ def resolve(args: argparse.Namespace) -> tuple[str, str, int | None, str | None]
     return manifest["redis"]["url"], settings.namespace, settings.shards, target
 
 
-def request_reload(
-    target: str, timeout_s: float = RELOAD_TIMEOUT_S, tls=None, token: str | None = None
-) -> bool:
-    """Ask the coordinator to rebuild its shards from Redis; False if it has no ``Reload``.
-    ``tls``: a ``geopubsub.client.Tls`` for a coordinator serving TLS (None: plaintext)."""
-    import grpc
-
-    from geopubsub.client import open_channel
-
-    with open_channel(target, tls, options=(), token=token) as channel:
-        call = channel.unary_unary(
-            RELOAD_METHOD,
-            request_serializer=lambda _: b"",
-            response_deserializer=lambda raw: raw,
-        )
-        try:
-            call(None, timeout=timeout_s)
-        except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-                return False
-            raise UnavailableError(
-                f"Reload at {target}: {exc.code().name} {exc.details()}"
-            ) from None
-    return True
-
-
-def request_endpoint_reload(endpoint, timeout_s: float = RELOAD_TIMEOUT_S) -> bool:
-    """``request_reload`` of a ``geopubsub.client.Endpoint`` (its TLS and token)."""
-    return request_reload(endpoint.target, timeout_s, tls=endpoint.tls, token=endpoint.token)
-
-
 def run_load(args: argparse.Namespace) -> int:
     from pyspark.sql import SparkSession
 
@@ -132,7 +96,7 @@ def run_load(args: argparse.Namespace) -> int:
             spark.stop()
     if target is None:
         print("the cluster serves them from its next start (geopubsub up)")
-    elif request_endpoint_reload(client_access(args, target)):
+    elif request_reload(client_access(args, target)):
         print(f"the coordinator at {target} reloaded its shards and serves them")
     else:
         print(

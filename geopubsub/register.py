@@ -2,7 +2,7 @@
 
 One asyncio client keeps many Subscribe calls in flight, so that the coordinator micro-batches them
 into rounds (one Ray call per shard for hundreds of subscriptions). This is the online path; the
-bulk loader of issue [4/4] replaces it for large loads. Lines are validated here with the rules the
+bulk loader (``geopubsub load``) replaces it for large loads. Lines are validated here with the rules the
 server applies (``shard.model``), so a bad line is reported as ``file:line: reason`` and skipped
 without a call; a subscription the server rejects is counted with its reason.
 
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import grpc
 
-from coordinator.convert import MAX_SUBSCRIBE_BATCH, to_proto_subscription
 from geopubsub.client import CHANNEL_OPTIONS, Tls, open_channel
+from geopubsub.convert import MAX_SUBSCRIBE_BATCH, to_proto_subscription
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.errors import UnavailableError, ValidationError
@@ -94,9 +94,9 @@ async def register_subscriptions(
     their deliveries skip the retention log); returns counts and the rate. RESOURCE_EXHAUSTED and
     DEADLINE_EXCEEDED are retried; INVALID_ARGUMENT is counted and skipped (a batch refused so is
     sent again one by one, to keep the others); any other failure is raised. ``on_progress`` is
-    called every few seconds. ``tls``: for a coordinator serving TLS.
+    called every few seconds. ``tls``: for a coordinator serving TLS. With a cluster running::
 
-    >>> # asyncio.run(register_subscriptions("127.0.0.1:50051", read_subscriptions("subs.jsonl")))
+        asyncio.run(register_subscriptions("127.0.0.1:50051", read_subscriptions("subs.jsonl")))
     """
     if in_flight < 1:
         raise ValidationError("in_flight", in_flight, "must be >= 1")
@@ -253,7 +253,7 @@ def bulk_load(
 ) -> dict:
     """Register a workload file with the bulk loader: Spark ``local[2]`` into the Redis of
     ``cluster`` (a ``deploy.local`` cluster), then the coordinator's ``Reload``."""
-    from geopubsub.load_cli import request_reload
+    from geopubsub.client import Endpoint, request_reload
     from loader.job import run as load_run
     from loader.job import spark_session
 
@@ -277,7 +277,7 @@ def bulk_load(
         signal.signal(signal.SIGINT, sigint)
     loaded_s = time.perf_counter() - t0
     say("              the coordinator reloads its shards from Redis ...")
-    if not request_reload(cluster.target, tls=cluster.tls):
+    if not request_reload(Endpoint(cluster.target, cluster.tls)):
         raise UnavailableError(f"the coordinator at {cluster.target} has no Reload RPC")
     seconds = time.perf_counter() - t0
     say(

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 import grpc
 import numpy as np
 
-from coordinator.convert import to_proto_message
 from geopubsub.client import Endpoint
+from geopubsub.convert import to_proto_message
 from geopubsub.oracle_check import MoveRecord, Received
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc

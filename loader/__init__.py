@@ -1,1 +1,1 @@
-"""PySpark bulk loader of subscriptions (issue [4/4])."""
+"""PySpark bulk loader of subscriptions."""

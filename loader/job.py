@@ -291,7 +291,7 @@ def spark_conf(pairs: Sequence[str]) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from geopubsub.cluster_cli import add_client_flags, client_access
+    from geopubsub.client import add_client_flags, endpoint_from_flags
 
     p = argparse.ArgumentParser(prog="loader/job.py", description=__doc__.split("\n\n")[0])
     add_arguments(p)
@@ -303,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     add_client_flags(p)  # for the Reload of --coordinator: --ca --cert --key, --token
     args = p.parse_args(argv)
-    endpoint = client_access(args, args.coordinator) if args.coordinator else None
+    endpoint = endpoint_from_flags(args.coordinator, args) if args.coordinator else None
     spark = spark_session(args.master, spark_conf(args.conf))  # None: spark-submit's, or local[*]
     try:
         run(
@@ -319,9 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         spark.stop()
     if endpoint is not None:
-        from geopubsub.load_cli import request_endpoint_reload
+        from geopubsub.client import request_reload
 
-        if not request_endpoint_reload(endpoint):
+        if not request_reload(endpoint):
             print(f"{args.coordinator} has no Reload RPC: restart it to serve the load")
             return 1
         print(f"the coordinator at {args.coordinator} reloaded its shards and serves them")

@@ -6,8 +6,10 @@ state that a restart emptied.
 
 Restart policy (``make_shard_actor``):
 
-* ``max_restarts=-1`` (``DEFAULT_MAX_RESTARTS``): a dead shard process is always brought back,
-  so the coordinator's handle stays valid. A restart re-runs the constructor: the shard comes
+* ``max_restarts``: Ray brings a dead shard process back that many times (the coordinator
+  passes ``Settings.shard_max_restarts``, 3; past them it makes a new actor; -1, the default
+  here, ``DEFAULT_MAX_RESTARTS``: always), so the coordinator's handle stays valid meanwhile.
+  A restart re-runs the constructor: the shard comes
   up **empty**, and marked so; every data call then raises ``UnavailableError`` until the
   coordinator rebuilds it with ``load(subs, now)`` (subscriptions from Redis, bulk path) or
   ``restore(snapshot)``. An empty shard answering publishes would silently deliver nothing.
@@ -263,9 +265,10 @@ def make_shard_actor(
 ) -> Any:
     """Start shard ``shard_id`` as a Ray actor (``ray.init`` must have run) and return its handle.
     ``options`` go to ``ShardState`` / ``APPlusTree``; ``name``/``namespace`` make it a named
-    actor; ``num_cpus`` reserves CPUs for it (Ray's default reserves none once it runs).
+    actor; ``num_cpus`` reserves CPUs for it (Ray's default reserves none once it runs). After
+    ``ray.init()``::
 
-    >>> # handle = make_shard_actor(0, {"theta_p": 64}); ray.get(handle.info.remote())
+        handle = make_shard_actor(0, {"theta_p": 64}); ray.get(handle.info.remote())
     """
     opts: dict[str, Any] = {
         "max_restarts": max_restarts,

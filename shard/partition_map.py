@@ -97,7 +97,7 @@ class PartitionMap:
     def overlapping(self, bbox: Sequence[float]) -> list[int]:
         """Every part whose closed box meets the closed box ``bbox``. O(parts), in plain Python:
         the coordinator asks once per subscription, and numpy's per-call cost on a handful of
-        parts was ~6 us of its ~40 us a subscribe (py-spy, docs/BENCHMARKS.md [2.2]).
+        parts was ~6 us of its ~40 us a subscribe (py-spy, docs/BENCHMARKS.md).
 
         >>> PartitionMap.build([(-10.0, 0.0), (10.0, 0.0)], 2).overlapping((-1.0, 0.0, 1.0, 1.0))
         [0, 1]

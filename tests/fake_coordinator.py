@@ -25,7 +25,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from coordinator.convert import (
+from geopubsub.convert import (
     MAX_MOVE_BATCH,
     from_proto_location_request,
     from_proto_message,

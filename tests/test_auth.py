@@ -1,4 +1,4 @@
-"""Bearer tokens and ownership ([2.3] items 2-3): tokens of each role against a coordinator with
+"""Bearer tokens and ownership: tokens of each role against a coordinator with
 auth on (a real redis-server, real gRPC over loopback), a stranger's token on someone else's
 subscription, revoke and expiry at once (open streams ended too), the token CLI, and
 ``geopubsub up --auth on`` end to end with the real coordinator."""
@@ -18,12 +18,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from coordinator import tokens
-from coordinator.convert import to_proto_subscription
 from coordinator.server import create_server, stop_server
 from coordinator.settings import Settings
 from coordinator.shards import LocalShard
 from deploy import local
 from geopubsub.client import GeoPubSubClient, open_channel
+from geopubsub.convert import to_proto_subscription
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.errors import UnauthenticatedError, ValidationError

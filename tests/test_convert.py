@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.convert import (
+from geopubsub.convert import (
     from_proto_delivery,
     from_proto_location_update,
     from_proto_message,
@@ -422,7 +422,7 @@ def _message_cases():
 
 
 def test_message_fast_path_equals_the_workload_form_validation():
-    from coordinator.convert import _message_via_dict
+    from geopubsub.convert import _message_via_dict
 
     def outcome(f, *args, **kwargs):
         try:
@@ -443,7 +443,7 @@ def test_message_fast_path_equals_the_workload_form_validation():
 
 
 def test_location_requests_single_or_batched_name_the_bad_move():
-    from coordinator.convert import from_proto_location_request
+    from geopubsub.convert import from_proto_location_request
 
     one = pb.UpdateLocationRequest(id="s", point=pb.Point(lon=1, lat=2))
     assert from_proto_location_request(one, 5) == ([("s", Point(1.0, 2.0))], [""])

@@ -11,11 +11,11 @@ import grpc
 import pytest
 import redis
 
-from coordinator.convert import to_proto_subscription
 from coordinator.server import create_server, stop_server
 from coordinator.settings import Settings
 from coordinator.shards import LocalShard
 from deploy.redis_local import RedisServer
+from geopubsub.convert import to_proto_subscription
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.errors import StoreFullError, ValidationError
@@ -400,8 +400,8 @@ def test_subscribe_and_unsubscribe_batches_are_checked_and_applied_whole(redis_u
     nothing; an unknown id in an Unsubscribe batch is NOT_FOUND and removes none; a good batch
     reaches Redis (ephemeral flags included), the engine and the shards; the client's
     ``subscribe_many`` / ``unsubscribe_many`` send such batches."""
-    from coordinator.convert import MAX_SUBSCRIBE_BATCH
     from geopubsub.client import GeoPubSubClient
+    from geopubsub.convert import MAX_SUBSCRIBE_BATCH
 
     invalid = grpc.StatusCode.INVALID_ARGUMENT
     raw = redis.Redis.from_url(redis_url)

@@ -17,8 +17,8 @@ import uuid
 import grpc
 import pytest
 
-from coordinator.convert import to_proto_message, to_proto_subscription
 from coordinator.shards import LocalShard
+from geopubsub.convert import to_proto_message, to_proto_subscription
 from geopubsub.v1 import geopubsub_pb2 as pb
 from shard.brute import subscription_matches
 from shard.model import Message, Point, Rect, Subscription

@@ -13,10 +13,10 @@ import uuid
 import grpc
 import pytest
 
-from coordinator.convert import to_proto_message, to_proto_subscription
 from coordinator.server import create_server, stop_server
 from coordinator.settings import Settings
 from coordinator.shards import RayShard
+from geopubsub.convert import to_proto_message, to_proto_subscription
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.applus import APPlusTree
@@ -458,7 +458,7 @@ def test_a_durable_subscription_made_ephemeral_keeps_numbering_after_its_log(
 def test_reload_serves_subscriptions_written_to_redis_behind_its_back(ray_session, redis_url):
     """What ``geopubsub load --coordinator`` does: subscriptions land in Redis, Reload rebuilds."""
     from coordinator.metadata import Metadata
-    from geopubsub.load_cli import request_reload
+    from geopubsub.client import Endpoint, request_reload
 
     rng = random.Random(21)
     subs = [random_subscription(rng, f"L{i}") for i in range(50)]
@@ -470,7 +470,7 @@ def test_reload_serves_subscriptions_written_to_redis_behind_its_back(ray_sessio
             md = Metadata(redis_url, ns)
             await md.put_subscriptions([(s, (0,)) for s in subs])  # placement is recomputed
             await md.close()
-            assert await asyncio.to_thread(request_reload, f"127.0.0.1:{c.port}")
+            assert await asyncio.to_thread(request_reload, Endpoint(f"127.0.0.1:{c.port}"))
             r = await c.stub.Publish(pb.PublishRequest(message=to_proto_message(probe)))
             assert r.matched == sum(subscription_matches(s, probe) for s in subs)
             stats = await c.stub.GetStats(pb.GetStatsRequest())

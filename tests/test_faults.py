@@ -19,11 +19,11 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from coordinator.convert import to_proto_message, to_proto_subscription
 from coordinator.server import REDIS_HEALTH, create_server, shard_health_name, stop_server
 from coordinator.settings import Settings
 from coordinator.shards import RayShard
 from deploy.redis_local import RedisServer
+from geopubsub.convert import to_proto_message, to_proto_subscription
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.brute import subscription_matches

@@ -1,4 +1,4 @@
-"""Hostile requests ([2.3] item 6): Hypothesis fills every field of every RPC's request (unicode
+"""Hostile requests: Hypothesis fills every field of every RPC's request (unicode
 with NUL, NaN / inf / huge / negative numbers, empty and long strings, unknown enum values,
 several members of a oneof, deep expressions) or sends bytes that are no request at all, through
 real gRPC to a coordinator (in-process shards, a real redis-server). Every call must end with a

@@ -8,7 +8,16 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shard.geometry import circle_bbox, haversine_m, region_hits_point, region_hits_rect
+from shard.applus.moves import recentre_columns
+from shard.applus.tree import recentre
+from shard.geometry import (
+    circle_bbox,
+    haversine_m,
+    region_columns,
+    region_hits_point,
+    region_hits_rect,
+)
+from shard.model import Circle, Point, Rect
 
 
 def test_haversine_known_values():
@@ -59,3 +68,32 @@ def test_region_predicates():
     assert not region_hits_point(1, cb, circ, 0.9, 0.9)
     assert region_hits_rect(1, cb, circ, np.array([0.5, -0.5, 3.0, 0.5]))
     assert not region_hits_rect(1, cb, circ, np.array([0.8, 0.8, 3.0, 3.0]))
+
+
+_lon = st.floats(-180.0, 180.0, allow_nan=False)
+_lat = st.floats(-90.0, 90.0, allow_nan=False)
+
+
+@st.composite
+def _regions(draw):
+    if draw(st.booleans()):
+        return Circle(draw(_lon), draw(_lat), draw(st.floats(1.0, 2_000_000.0)))
+    x0, x1 = sorted((draw(_lon), draw(_lon)))
+    y0, y1 = sorted((draw(_lat), draw(_lat)))
+    return Rect(x0, y0, x1, y1)
+
+
+@given(_regions(), _lon, _lat)
+def test_the_python_and_the_compiled_recentring_agree(region, lon, lat):
+    """A move is re-centred twice: by the coordinator (``recentre``, to route it and to report
+    the new region) and by the shard (``recentre_columns``, in the store's columns): the two
+    must give the very same region, or the shard and the coordinator disagree on where it is."""
+    kind, bbox, circ = region_columns(region)
+    K = np.array([kind], np.int8)
+    B = np.array([bbox], np.float64)
+    C = np.array([circ], np.float64)
+    recentre_columns(K, B, C, 0, lon, lat)
+    want_kind, want_bbox, want_circ = region_columns(recentre(region, Point(lon, lat)))
+    assert K[0] == want_kind
+    assert tuple(B[0]) == want_bbox
+    assert tuple(C[0]) == want_circ

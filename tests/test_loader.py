@@ -316,8 +316,8 @@ def test_the_partition_map_is_balanced_from_a_sample(spark, redis_url, tmp_path,
 def test_loaded_subscriptions_are_read_by_the_coordinator_and_match_like_the_oracle(
     spark, redis_url, tmp_path, ray_session
 ):
-    from coordinator.convert import to_proto_message
     from coordinator.metadata import Metadata
+    from geopubsub.convert import to_proto_message
     from geopubsub.v1 import geopubsub_pb2 as pb
     from shard.brute import subscription_matches
     from tests.test_e2e import Cluster, _settings

@@ -1,4 +1,4 @@
-"""The generated gRPC code is current, and the API keeps the names and numbers issue [3/4] fixes."""
+"""The generated gRPC code is current, and the API keeps its names and field numbers."""
 
 from __future__ import annotations
 

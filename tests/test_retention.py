@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 
 import coordinator.retention as retention
-from coordinator.convert import to_proto_message, to_proto_subscription
 from coordinator.metadata import Metadata
 from coordinator.retention import SREC, RoundLog, directory_of, encode_round, message_record
 from coordinator.server import create_server, stop_server
 from coordinator.settings import Settings
 from coordinator.shards import LocalShard
 from deploy.redis_local import RedisServer
+from geopubsub.convert import to_proto_message, to_proto_subscription
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.model import Message, Point, Rect, Subscription

@@ -4,7 +4,6 @@ interval (``shard.runtime``), and answering a finished publish without a turn of
 from __future__ import annotations
 
 import asyncio
-import doctest
 import sys
 
 import pytest
@@ -13,12 +12,6 @@ import shard.heap
 import shard.runtime
 from coordinator.server import _within
 from shard.errors import UnavailableError
-
-
-def test_docstring_examples():
-    for module in (shard.heap, shard.runtime):
-        result = doctest.testmod(module)
-        assert result.attempted >= 1 and result.failed == 0, module.__name__
 
 
 def test_hand_over_promptly_sets_the_interval_and_can_be_undone():

@@ -3,7 +3,6 @@ shard untouched, and snapshot / restore that must reproduce every future update.
 
 from __future__ import annotations
 
-import doctest
 import math
 import pickle
 import random
@@ -507,10 +506,6 @@ def test_options_must_be_plain_values():
     assert e.value.field == "theta_p"
     with pytest.raises(ValidationError):
         ShardState(-1)
-
-
-def test_docstring_examples():
-    assert doctest.testmod(shard.state, raise_on_error=True).attempted >= 8
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -1,4 +1,4 @@
-"""TLS on the gRPC API ([2.3] item 1): the local CA and certificates (``deploy.tls``), the
+"""TLS on the gRPC API: the local CA and certificates (``deploy.tls``), the
 coordinator over TLS and mutual TLS with a real redis-server and real gRPC clients (a client
 without the CA, with another CA, or without its certificate under mutual TLS is refused), and
 ``geopubsub up --tls auto`` end to end with the real coordinator."""
@@ -15,13 +15,13 @@ import grpc
 import pytest
 from cryptography import x509
 
-from coordinator.convert import to_proto_subscription
 from coordinator.server import create_server, stop_server
 from coordinator.settings import Settings
 from coordinator.shards import LocalShard
 from deploy import local
 from deploy.tls import client_certificate, local_tls
 from geopubsub.client import GeoPubSubClient, Tls, open_channel
+from geopubsub.convert import to_proto_subscription
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.errors import ValidationError

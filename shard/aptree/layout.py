@@ -108,15 +108,15 @@ DEFAULT_KEYWORD_FANOUT = 0
 """Cuts per k-node at most; 0 (the default): unbounded, one cut per distinct keyword, which
 Eq. 1 always prefers (a cut's cost w(B) p(B) only falls when it is split). The paper bounds both
 kinds of node by f; bounded k-nodes put the clauses of many keywords behind one cut, and every
-message term that falls in the cut's interval then visits them. Measured in docs/BENCHMARKS.md
-([2.2]): at 1M subscriptions the kernel took 2.9x less time on real place names, 1.6x less on
+message term that falls in the cut's interval then visits them. Measured in docs/BENCHMARKS.md:
+at 1M subscriptions the kernel took 2.9x less time on real place names, 1.6x less on
 a Zipf workload, 1.2x less on the default one."""
 
 DEFAULT_KEYWORD_ORDER = "rare-first"
 """The global keyword order (k-nodes partition on a clause's l-th keyword in it): increasing
 frequency, so that the first partition files each clause under its rarest keyword, as the
 keyword-first inverted list does. The paper's default is decreasing frequency (Sect. 5.1.1),
-which files a clause under its commonest keyword; measured in docs/BENCHMARKS.md ([2.2])."""
+which files a clause under its commonest keyword; measured in docs/BENCHMARKS.md."""
 
 DEFAULT_THETA_P = 40
 """θp, a node with fewer subscriptions is a leaf. The paper's value (Sect. 5.1.2, Fig. 10b)."""
@@ -125,7 +125,7 @@ DEFAULT_THETA_KL = 0.001
 """θKL, KL-divergence of a node's cut/cell weights that triggers its reconstruction (paper)."""
 
 DEFAULT_KL_MIN_FRACTION = 0.001
-"""Only subtrees holding at least this share of all entries (0.1 %) are KL-checked (issue [1/4])."""
+"""Only subtrees holding at least this share of all entries (0.1 %) are KL-checked."""
 
 DEFAULT_KL_CHECK_FRACTION = 0.05
 """A node's KL divergence is recomputed after updates amounting to this share of its size
@@ -150,7 +150,7 @@ DEFAULT_GROWTH = 4.0
 many times over (``APTree._whole_rebuild_due``), and a k-node that has is reconstructed whole
 instead of promoting its dummy (``maintain._promotable``). 4 rather than 2: half the insert
 cost (22 against 44 us in process, places grown from 100 to 200,000) for the same matching
-speed of the grown tree (docs/BENCHMARKS.md, [2.2])."""
+speed of the grown tree (docs/BENCHMARKS.md)."""
 
 DEFAULT_MAX_DEPTH = 32
 """Safety bound on tree depth; a node this deep is a leaf whatever the cost model says."""

@@ -165,7 +165,7 @@ def kl_noise(T, u):
     θKL is a threshold on drift *beyond* that. With the paper's f = 200 cuts it is ~1e-5 at
     5 % growth, nothing beside θKL = 0.001; with one cut per keyword (~90,000 at the root of
     1M real place names) it is ~0.01, and the root was rebuilt after every 5 % of growth
-    (docs/BENCHMARKS.md, [2.2])."""
+    (docs/BENCHMARKS.md)."""
     NI = T[T_NI]
     off = NI[u, F_CHOFF]
     k = NI[u, F_NCH] + 1  # and the dummy
@@ -688,7 +688,7 @@ def promote_dummy(T, S, PW, SPX, SPY, params, u):
     subtrees are kept, their weights taken as the new baseline. This is what rebuilding ``u``
     would make of its cuts (one per keyword, Eq. 1) at the cost of the dummy's subtree and a copy
     of the cut list, instead of the whole subtree: a tree growing from empty no longer rebuilds
-    its root every 5 % of growth (docs/BENCHMARKS.md, [2.2]). The caller carries the AP+-Tree's
+    its root every 5 % of growth (docs/BENCHMARKS.md). The caller carries the AP+-Tree's
     messages over as for a rebuild."""
     NI = T[T_NI]
     d = NI[u, F_DUMMY]

@@ -4,7 +4,7 @@ compiled call instead of one dictionary look-up per term in Python.
 Why: at a million subscriptions the vocabulary holds ~400,000 terms. A Python ``dict.get`` on a
 term string then costs two or three cache misses (the index table, the entry, the key's bytes to
 compare) one after another, ~140 ns a term, and encoding was the largest share of a message's
-matching time on real place names (docs/BENCHMARKS.md, [2.2]). Here the batch's terms are joined
+matching time on real place names (docs/BENCHMARKS.md). Here the batch's terms are joined
 into one UTF-8 buffer (one C call), hashed and probed in a loop whose misses overlap.
 
 ``VocabTable`` keeps every key it was given, in insertion order (key index ``k``): its bytes

@@ -125,8 +125,8 @@ def from_proto_subscribe_request(
     """The subscriptions of a SubscribeRequest (its ``subscription`` or its ``subscriptions``,
     checked as a whole: each id once), their ``ephemeral`` flags, and whether it was a batch.
 
-    >>> req = pb.SubscribeRequest(subscriptions=[pb.Subscription(id="a", keywords=["x"])] * 2)
-    >>> from_proto_subscribe_request(req)
+    >>> one = pb.Subscription(id="a", keywords=["x"], rect=pb.Rect(max_lon=1.0, max_lat=1.0))
+    >>> from_proto_subscribe_request(pb.SubscribeRequest(subscriptions=[one, one]))
     Traceback (most recent call last):
     ...
     shard.errors.ValidationError: subscriptions[1].id='a': given twice in the batch
