@@ -58,8 +58,8 @@ from shard.errors import (
     UnavailableError,
     ValidationError,
 )
-from shard.geometry import region_bbox, region_centre
-from shard.model import Message, Point, Rect, Subscription
+from shard.geometry import location_bbox, region_bbox, region_centre
+from shard.model import Message, Point, Subscription
 from shard.partition_map import PartitionMap
 
 log = logging.getLogger(__name__)
@@ -84,12 +84,6 @@ class ShardHandle(Protocol):
     async def load(self, subs: Sequence[Subscription], now: float, tags: Sequence[int]) -> int:
         """Replace the shard's state by ``subs`` (bulk path) tagged with their slots."""
         ...
-
-
-def location_bbox(loc: Point | Rect) -> tuple[float, float, float, float]:
-    if isinstance(loc, Point):
-        return (loc.lon, loc.lat, loc.lon, loc.lat)
-    return (loc.min_lon, loc.min_lat, loc.max_lon, loc.max_lat)
 
 
 @dataclass(slots=True)

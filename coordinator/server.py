@@ -46,7 +46,7 @@ from shard.errors import NotFoundError, UnavailableError, ValidationError
 from shard.geometry import region_bbox
 from shard.heap import freeze_long_lived, loading
 from shard.model import Message, Point, Subscription, validate_id
-from shard.partition_map import PartitionMap
+from shard.partition_map import PartitionMap, bbox_centre
 
 log = logging.getLogger(__name__)
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -360,11 +360,7 @@ def _placed(sub: Subscription, pos: tuple[float, float] | None) -> Subscription:
 
 def _centres(subs: Sequence[Subscription]) -> list[tuple[float, float]]:
     step = max(1, len(subs) // MAP_SAMPLE)
-    out = []
-    for s in subs[::step]:
-        x0, y0, x1, y1 = region_bbox(s.region)
-        out.append(((x0 + x1) / 2, (y0 + y1) / 2))
-    return out
+    return [bbox_centre(region_bbox(s.region)) for s in subs[::step]]
 
 
 async def _within(fut, context, limit: float, why: Callable[[], str] | None = None):

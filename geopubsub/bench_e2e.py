@@ -149,13 +149,13 @@ def reference(
     if moving:
         import numpy as np
 
-        from geopubsub.traffic import region_centre
+        from shard.geometry import region_centre
 
         if args.live:  # as phase (c): live messages for the moves to meet
             tree.publish_batch(schedule(msgs, args.live, ttl=LONG_TTL_S, prefix="l"), 0.5)
         rng = np.random.default_rng(args.seed)
         n = min(len(moving) * 4, 200_000)
-        centres = {s.id: region_centre(s.region) for s in moving}
+        centres = {s.id: Point(*region_centre(s.region)) for s in moving}
         ids = [moving[i % len(moving)].id for i in range(n)]
         steps = rng.normal(0, args.step_deg, (n, 2))
         moves = []

@@ -234,11 +234,11 @@ def pick_movers(
 def mover_targets(matched: set[int], msgs: Sequence[Message], n: int) -> list[tuple[int, Point]]:
     """``(schedule index, location)`` of the scheduled messages ``0 .. n-1`` (the workload's
     ``msgs`` cycled) whose workload index is in ``matched``, by index: a ``TrackedMover``'s goals."""
-    from geopubsub.traffic import location_centre
+    from shard.geometry import location_centre
 
     order = sorted(matched)
     return [
-        (c * len(msgs) + i, location_centre(msgs[i].location))
+        (c * len(msgs) + i, Point(*location_centre(msgs[i].location)))
         for c in range(math.ceil(n / len(msgs)))
         for i in order
         if c * len(msgs) + i < n

@@ -29,7 +29,8 @@ from geopubsub.oracle_check import MoveRecord, Received
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.applus.tree import recentre
-from shard.model import Circle, Message, Point, Rect, Subscription
+from shard.geometry import region_centre
+from shard.model import Message, Point, Subscription
 
 PACE_SLICE_S = 0.002
 """The paced publisher sleeps at least this long between bursts of due messages."""
@@ -103,18 +104,6 @@ def message_index(message_id: str, prefix: str = "p") -> int:
         if tail.isdigit():
             return int(tail)
     return -1
-
-
-def location_centre(loc: Point | Rect) -> Point:
-    if isinstance(loc, Point):
-        return loc
-    return Point((loc.min_lon + loc.max_lon) / 2, (loc.min_lat + loc.max_lat) / 2)
-
-
-def region_centre(region: Rect | Circle) -> Point:
-    if isinstance(region, Circle):
-        return Point(region.lon, region.lat)
-    return Point((region.min_lon + region.max_lon) / 2, (region.min_lat + region.max_lat) / 2)
 
 
 def busiest(
@@ -450,7 +439,7 @@ class TrackedMover:
         """Move until ``stop``; ``published()`` is how many scheduled messages were sent so far."""
         rng = random.Random(self.seed)
         region = self.sub.region
-        here = region_centre(region)
+        here = Point(*region_centre(region))
         t = 0
         while not stop.is_set():
             sent_n = published()
@@ -504,7 +493,7 @@ class Crowd:
             raise ValueError(f"batch must be >= 1, got {batch}")
         self.batch = batch
         self.ids = [s.id for s in subs]
-        centres = [region_centre(s.region) for s in subs]
+        centres = [Point(*region_centre(s.region)) for s in subs]
         self.lon = np.array([c.lon for c in centres])
         self.lat = np.array([c.lat for c in centres])
         self.rate = rate

@@ -138,6 +138,31 @@ def region_bbox(region) -> tuple[float, float, float, float]:
     return region_columns(region)[1]
 
 
+def location_bbox(loc) -> tuple[float, float, float, float]:
+    """The box of a message's location: a ``Point`` as a degenerate box, a ``Rect`` itself.
+    The coordinator routes a message to the shards this box meets. O(1).
+
+    >>> from shard.model import Point, Rect
+    >>> location_bbox(Point(1.0, 2.0)), location_bbox(Rect(0.0, 1.0, 2.0, 3.0))
+    ((1.0, 2.0, 1.0, 2.0), (0.0, 1.0, 2.0, 3.0))
+    """
+    lon = getattr(loc, "lon", None)
+    if lon is not None:
+        return (lon, loc.lat, lon, loc.lat)
+    return (loc.min_lon, loc.min_lat, loc.max_lon, loc.max_lat)
+
+
+def location_centre(loc) -> tuple[float, float]:
+    """A message location's centre: a point itself, a rectangle's middle.
+
+    >>> from shard.model import Point, Rect
+    >>> location_centre(Point(1.0, 2.0)), location_centre(Rect(0.0, 1.0, 2.0, 3.0))
+    ((1.0, 2.0), (1.0, 2.0))
+    """
+    x0, y0, x1, y1 = location_bbox(loc)
+    return (x0 + x1) / 2, (y0 + y1) / 2
+
+
 def region_centre(region) -> tuple[float, float]:
     """The point a moving subscription's region is centred on (``recentre`` puts it there): a
     circle's centre, a rectangle's middle.

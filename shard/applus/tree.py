@@ -52,7 +52,7 @@ from shard.aptree.maintain import delete_clauses, insert_clause_groups, insert_c
 from shard.aptree.match import pack_terms, traverse_kernel
 from shard.aptree.tree import APTree, EncodedMessages
 from shard.errors import ValidationError
-from shard.geometry import KIND_CIRCLE
+from shard.geometry import KIND_CIRCLE, location_bbox
 from shard.model import Circle, Message, Point, Rect, Subscription
 
 Update = tuple[str, str, str]
@@ -293,7 +293,7 @@ class APPlusTree(APTree):
                 ids[i] = term_id(flat[i])
         off, terms = pack_terms(ids, lens)
         kind = np.array([type(m.location) is not Point for m in messages], np.int8)
-        geom = np.array([_box(m.location) for m in messages], np.float64).reshape(-1, 4)
+        geom = np.array([location_bbox(m.location) for m in messages], np.float64).reshape(-1, 4)
         slot_of_q = np.full(len(messages), -1, np.int32)
         keep = np.flatnonzero(np.array(stored, np.bool_))
         if keep.size:
@@ -551,9 +551,3 @@ def recentre(region: Rect | Circle, p: Point) -> Rect | Circle:
     x0 = min(max(p.lon - w / 2, -180.0), 180.0 - w)
     y0 = min(max(p.lat - h / 2, -90.0), 90.0 - h)
     return Rect(x0, y0, x0 + w, y0 + h)
-
-
-def _box(loc: Point | Rect) -> tuple[float, float, float, float]:
-    if type(loc) is Point:
-        return (loc.lon, loc.lat, loc.lon, loc.lat)
-    return (loc.min_lon, loc.min_lat, loc.max_lon, loc.max_lat)
