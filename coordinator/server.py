@@ -32,7 +32,6 @@ from coordinator.settings import Settings
 from coordinator.slots import Slots
 from coordinator.status import grpc_errors
 from geopubsub.convert import (
-    MAX_MOVE_BATCH,
     from_proto_location_request,
     from_proto_message,
     from_proto_subscribe_request,
@@ -45,8 +44,9 @@ from shard.applus.tree import recentre
 from shard.errors import NotFoundError, UnavailableError, ValidationError
 from shard.geometry import region_bbox
 from shard.heap import freeze_long_lived, loading
+from shard.limits import MAX_MOVE_BATCH, MAX_PUBLISH_BATCH
 from shard.model import Message, Point, Subscription, validate_id
-from shard.partition_map import PartitionMap, bbox_centre
+from shard.partition_map import DEFAULT_SAMPLE, PartitionMap, bbox_centre
 
 log = logging.getLogger(__name__)
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -55,11 +55,6 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 STREAM_WINDOW = 4096
 """Operations (messages, moves) of one PublishStream / LocationStream in flight before it reads
 more requests (backpressure)."""
-MAX_PUBLISH_BATCH = 10_000
-"""Messages in one PublishRequest's ``messages``."""
-
-MAP_SAMPLE = 200_000
-"""Subscription centres sampled to build a partition map."""
 
 SERVICE = pb.DESCRIPTOR.services_by_name["GeoPubSub"].full_name
 HEALTH_CHECK_S = 1.0
@@ -359,7 +354,7 @@ def _placed(sub: Subscription, pos: tuple[float, float] | None) -> Subscription:
 
 
 def _centres(subs: Sequence[Subscription]) -> list[tuple[float, float]]:
-    step = max(1, len(subs) // MAP_SAMPLE)
+    step = max(1, len(subs) // DEFAULT_SAMPLE)
     return [bbox_centre(region_bbox(s.region)) for s in subs[::step]]
 
 

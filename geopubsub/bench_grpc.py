@@ -19,6 +19,7 @@ import sys
 import time
 
 from shard.errors import ValidationError
+from shard.limits import MAX_PUBLISH_BATCH
 
 UNPACED_BURST = 256
 """Messages the client hands to gRPC before it lets the event loop run (as ``traffic``)."""
@@ -111,8 +112,8 @@ async def _publish(target: str, n: int, batch: int) -> float:
 def run(args) -> int:
     if args.messages < 1:
         raise ValidationError("--messages", args.messages, "must be >= 1")
-    if not 1 <= args.batch <= 10_000:
-        raise ValidationError("--batch", args.batch, "must be in [1, 10000]")
+    if not 1 <= args.batch <= MAX_PUBLISH_BATCH:
+        raise ValidationError("--batch", args.batch, f"must be in [1, {MAX_PUBLISH_BATCH}]")
     ctx = mp.get_context("spawn")
     port_q, cmd_q = ctx.Queue(), ctx.Queue()
     server = ctx.Process(target=_serve, args=(port_q, cmd_q), daemon=True)

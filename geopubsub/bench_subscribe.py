@@ -225,7 +225,7 @@ def register(kinds: argparse._SubParsersAction) -> None:
 
 def _validate(args) -> None:
     from geopubsub.bench_chaos import check_files
-    from geopubsub.convert import MAX_SUBSCRIBE_BATCH
+    from shard.limits import MAX_SUBSCRIBE_BATCH
 
     for b in args.batch:
         if not 1 <= b <= MAX_SUBSCRIBE_BATCH:

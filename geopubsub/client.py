@@ -26,8 +26,6 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from geopubsub.convert import (
-    MAX_MOVE_BATCH,
-    MAX_SUBSCRIBE_BATCH,
     from_proto_delivery,
     from_proto_subscription,
     to_proto_message,
@@ -37,6 +35,7 @@ from geopubsub.convert import (
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.errors import UnavailableError, ValidationError
+from shard.limits import MAX_MOVE_BATCH, MAX_SUBSCRIBE_BATCH
 from shard.model import (
     Message,
     Subscription,

@@ -13,7 +13,7 @@ from typing import Any
 
 from geopubsub.v1 import geopubsub_pb2 as pb
 from shard.errors import ValidationError
-from shard.limits import MAX_ID_LEN, MAX_TEXT_LEN, MAX_TTL_S
+from shard.limits import MAX_ID_LEN, MAX_SUBSCRIBE_BATCH, MAX_TEXT_LEN, MAX_TTL_S
 from shard.model import (
     Circle,
     Message,
@@ -111,12 +111,6 @@ def from_proto_subscription(sub: pb.Subscription, *, field: str = "subscription"
         return subscription_from_dict(d)
     except ValidationError as e:
         raise _under(field, e) from e
-
-
-MAX_SUBSCRIBE_BATCH = 1_000
-"""Subscriptions in one SubscribeRequest's ``subscriptions`` (ids in one UnsubscribeRequest's
-``ids``). A batch is written to Redis in one transaction, which holds Redis for every other
-client while it runs: ~2 commands a subscription, a few ms at this size."""
 
 
 def from_proto_subscribe_request(
@@ -280,10 +274,6 @@ def from_proto_location_update(
     if not request.HasField("point"):
         raise ValidationError(f"{field}point", None, "required")
     return sid, from_proto_point(request.point, field=f"{field}point")
-
-
-MAX_MOVE_BATCH = 10_000
-"""Moves in one UpdateLocationRequest's ``moves``."""
 
 
 def from_proto_location_request(

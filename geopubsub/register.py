@@ -24,10 +24,11 @@ from pathlib import Path
 import grpc
 
 from geopubsub.client import CHANNEL_OPTIONS, Tls, open_channel
-from geopubsub.convert import MAX_SUBSCRIBE_BATCH, to_proto_subscription
+from geopubsub.convert import to_proto_subscription
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.errors import UnavailableError, ValidationError
+from shard.limits import MAX_SUBSCRIBE_BATCH
 from shard.model import Subscription
 from shard.workload import read_subscriptions
 

@@ -42,3 +42,14 @@ MAX_RADIUS_M = 20_000_000.0
 
 EARTH_RADIUS_M = 6_371_008.8
 """Mean earth radius of the sphere on which circle distances are measured (haversine)."""
+
+MAX_SUBSCRIBE_BATCH = 1_000
+"""Subscriptions in one SubscribeRequest's ``subscriptions`` (ids in one UnsubscribeRequest's
+``ids``). A batch is written to Redis in one transaction, which holds Redis for every other
+client while it runs: ~2 commands a subscription, a few ms at this size."""
+
+MAX_PUBLISH_BATCH = 10_000
+"""Messages in one PublishRequest's ``messages``."""
+
+MAX_MOVE_BATCH = 10_000
+"""Moves in one UpdateLocationRequest's ``moves``."""

@@ -26,7 +26,6 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from geopubsub.convert import (
-    MAX_MOVE_BATCH,
     from_proto_location_request,
     from_proto_message,
     from_proto_subscribe_request,
@@ -39,6 +38,7 @@ from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.brute import subscription_matches
 from shard.errors import ValidationError
+from shard.limits import MAX_MOVE_BATCH
 from shard.model import Subscription
 
 

@@ -401,7 +401,7 @@ def test_subscribe_and_unsubscribe_batches_are_checked_and_applied_whole(redis_u
     reaches Redis (ephemeral flags included), the engine and the shards; the client's
     ``subscribe_many`` / ``unsubscribe_many`` send such batches."""
     from geopubsub.client import GeoPubSubClient
-    from geopubsub.convert import MAX_SUBSCRIBE_BATCH
+    from shard.limits import MAX_SUBSCRIBE_BATCH
 
     invalid = grpc.StatusCode.INVALID_ARGUMENT
     raw = redis.Redis.from_url(redis_url)
