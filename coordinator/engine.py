@@ -59,13 +59,10 @@ from shard.errors import (
     ValidationError,
 )
 from shard.geometry import location_bbox, region_bbox, region_centre
-from shard.model import Message, Point, Subscription
+from shard.model import Message, Point, Subscription, Update
 from shard.partition_map import PartitionMap
 
 log = logging.getLogger(__name__)
-
-Update = tuple[str, str, str]
-"""(subscription id, "+" | "-", message id) as the shards return them."""
 
 ROUNDS_IN_FLIGHT = 3
 """Rounds sent to the shards and not yet finished; later rounds are routed meanwhile."""
@@ -616,7 +613,6 @@ class Engine:
             rnd,
         )
         multi = self.multi
-        live = self.live
         for op, places in zip(ops, where, strict=True):
             start = len(rnd.subs)
             if op.kind == "redo":
@@ -637,16 +633,15 @@ class Engine:
                         _fail(op.future, part)
                     if not op.replay:
                         self.recovery.failed_publish(op, [part], 0, down=[k])
-                        if op.partial and op.arg.ttl and op.arg.id in live:  # (its shard is
-                            # down: live until it is back, and after a restart)
-                            rnd.stored.append((op.arg.id, live[op.arg.id][2], op.payload))
+                        if op.partial:  # (its shard is down: live until it is back, and
+                            self._note_stored(rnd, op)  # after a restart)
                     rnd.spans.append((op, start, len(rnd.subs)))
                     continue
                 if part and not op.replay:
                     rnd.extend_adds(reached[k][i], op.arg.id)
                     rnd.payloads[op.arg.id] = op.payload
-                if op.arg.ttl and not op.replay and op.arg.id in live:
-                    rnd.stored.append((op.arg.id, live[op.arg.id][2], op.payload))
+                if not op.replay:
+                    self._note_stored(rnd, op)
                 rnd.spans.append((op, start, len(rnd.subs)))
                 continue
             parts = [by_shard[k][1][i] for k, i in places]
@@ -669,8 +664,8 @@ class Engine:
                     self.recovery.failed_publish(
                         op, [p for p in parts if isinstance(p, Exception)], len(ups), ups, down
                     )
-                if (got or op.partial) and op.arg.ttl and not op.replay and mid in live:
-                    rnd.stored.append((mid, live[mid][2], op.payload))
+                if (got or op.partial) and not op.replay:
+                    self._note_stored(rnd, op)
             else:
                 if op.kind == "move":
                     rnd.moved.append((op.arg, op.point.lon, op.point.lat))
@@ -715,6 +710,13 @@ class Engine:
                     rnd.extend_removes(held, mid)
         if net:
             self.merge(net, rnd)
+
+    def _note_stored(self, rnd: Round, op: Op) -> None:
+        """Publish ``op``'s message, if stored (ttl > 0) and still live, goes into the round's
+        ``stored`` (id, expiry, payload): the retention log keeps it for a restart."""
+        entry = self.live.get(op.arg.id) if op.arg.ttl else None
+        if entry is not None:
+            rnd.stored.append((op.arg.id, entry[2], op.payload))
 
     def _route(self, op: Op, per: list[list[tuple]], now: float) -> list[tuple[int, int]]:
         out: list[tuple[int, int]] = []

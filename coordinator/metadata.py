@@ -147,7 +147,7 @@ class Metadata:
         self.r = aioredis.from_url(url, decode_responses=False, **bounded)
 
     def key(self, *parts: str) -> str:
-        return ":".join((self.ns, *parts))
+        return codec.key(self.ns, *parts)
 
     @property
     def pos_key(self) -> str:

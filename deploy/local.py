@@ -205,7 +205,7 @@ def _write_private(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _child_environment() -> dict[str, str]:
+def child_environment() -> dict[str, str]:
     """The launcher's environment without ``GEOPUBSUB_<setting>`` variables: the settings file
     and flags given to the coordinator are the resolved settings, and an inherited variable would
     override the file."""
@@ -450,7 +450,7 @@ def spawn_coordinator(argv: Sequence[str], log_path: Path) -> tuple[subprocess.P
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
-                env=_child_environment(),
+                env=child_environment(),
                 start_new_session=True,
             )
     return coordinator, offset

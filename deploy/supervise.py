@@ -219,7 +219,7 @@ def start_supervisor(cluster: local.LocalCluster, *, timeout_s: float) -> dict:
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
-            env=local._child_environment(),
+            env=local.child_environment(),
             start_new_session=True,
         )
     deadline = time.monotonic() + timeout_s

@@ -227,14 +227,12 @@ def _report_bad(args, errors: list[str]) -> None:
         _log(args, f"  ... and {len(errors) - 10} more bad lines")
 
 
-def _warm_up() -> None:
+def warm_up() -> None:
     """Compile (or load from numba's cache) every kernel before anything is timed."""
     from shard.model import Point, Rect
+    from shard.warmup import workload
 
-    subs = [
-        Subscription(f"w{i}", (("a", f"b{i % 7}"),), Rect(i % 10, 0, i % 10 + 1, 1))
-        for i in range(200)
-    ]
+    subs, _ = workload(moving=False)
     t = APTree.build(subs, theta_p=8, fanout=16)
     t.match_batch(
         [Message("m", ("a", "b1"), Point(0.5, 0.5)), Message("n", ("a",), Rect(0, 0, 3, 3))]
@@ -246,20 +244,14 @@ def _warm_up() -> None:
     )
 
 
-def _warm_up_moving() -> None:
+def warm_up_moving() -> None:
     """Compile (or load) the AP+-Tree's and the grid baseline's kernels before timing."""
     from shard.model import Point, Rect
     from shard.naive_moving import NaiveMoving
-    from shard.warmup import warm_up_shard
+    from shard.warmup import warm_up_shard, workload
 
     warm_up_shard()
-    subs = [
-        Subscription(f"w{i}", (("a", f"b{i % 7}"),), Rect(i % 10, 0, i % 10 + 1, 1), moving=True)
-        for i in range(200)
-    ]
-    msgs = [
-        Message(f"m{i}", ("a", f"b{i % 7}"), Point(i % 10 + 0.5, 0.5), ttl=5.0) for i in range(50)
-    ]
+    subs, msgs = workload()
     naive = NaiveMoving(APTree.build(subs, theta_p=8, fanout=16))
     naive.publish_batch(msgs, 0.0)
     naive.move_batch([(f"w{i}", Point(i % 3, 0.5)) for i in range(200)], 1.0)
@@ -316,7 +308,7 @@ def _phases_us(runs: list[list[float]], n: int) -> dict[str, float]:
 
 def run_match(args) -> int:
     errors: list[str] = []
-    _warm_up()
+    warm_up()
     t0 = time.perf_counter()
     msgs = _read_msgs(args, errors, args.sample)
     sample_msgs = msgs[: args.message_sample] if args.message_sample else None
@@ -350,7 +342,7 @@ def run_match(args) -> int:
         for run in range(args.repeat):
             t1 = time.perf_counter()
             index._dirty = True
-            index._refresh()
+            index.refresh()
             builds.append(time.perf_counter() - t1)
             _log(
                 args,
@@ -440,7 +432,7 @@ def _baseline(
     (the inverted list's too when it ran beside the AP-Tree)."""
     _log(args, f"brute-force baseline on {len(msgs)} messages")
     brute = BruteMatcher(_read_subs(args, []))
-    brute._refresh()
+    brute.refresh()
     t0 = time.perf_counter()
     expected = brute.match_batch(msgs)
     brute_s = time.perf_counter() - t0
@@ -508,7 +500,7 @@ def _phases_text(p: dict[str, float]) -> str:
 
 def run_update(args) -> int:
     errors: list[str] = []
-    _warm_up()
+    warm_up()
     subs = list(_read_subs(args, errors))
     if not subs:
         raise ValidationError("--subs", str(args.subs), "holds no valid subscription")
@@ -557,7 +549,7 @@ def run_maintain(args) -> int:
     if not 0 < args.initial_share <= 1:
         raise ValidationError("--initial-share", args.initial_share, "must be in (0, 1]")
     errors: list[str] = []
-    _warm_up()
+    warm_up()
     subs = list(_read_subs(args, errors))
     msgs = _read_msgs(args, errors, args.sample)
     if args.repeat < 1:
@@ -636,8 +628,8 @@ def run_moving(args) -> int:
     from shard.naive_moving import DEFAULT_CELL_DEG, NaiveMoving
 
     errors: list[str] = []
-    _warm_up()
-    _warm_up_moving()
+    warm_up()
+    warm_up_moving()
     t0 = time.perf_counter()
     subs = iter(())
     if args.subs is not None:

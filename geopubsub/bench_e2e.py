@@ -118,12 +118,12 @@ def reference(
     batches of ``REFERENCE_BATCH`` (the messages as phase (a) sends them), then ``--live``
     messages with a long ttl and random-walk moves like phase (c)'s. Returns the rates and the hit
     count of each message."""
-    from geopubsub.bench import _warm_up, _warm_up_moving
+    from geopubsub.bench import warm_up, warm_up_moving
     from geopubsub.traffic import schedule
     from shard.applus import APPlusTree
 
-    _warm_up()
-    _warm_up_moving()
+    warm_up()
+    warm_up_moving()
     t0 = time.perf_counter()
     tree = APPlusTree.build(iter(subs))
     build_s = time.perf_counter() - t0

@@ -88,7 +88,7 @@ class BruteMatcher:
         del self._subs[sub_id]
         self._dirty = True
 
-    def _refresh(self) -> None:
+    def refresh(self) -> None:
         if not self._dirty:
             return
         self._ids = list(self._subs)
@@ -100,7 +100,7 @@ class BruteMatcher:
 
     def match(self, msg: Message) -> list[str]:
         """Ids of every subscription ``msg`` matches."""
-        self._refresh()
+        self.refresh()
         loc = msg.location
         if isinstance(loc, Point):
             x0 = x1 = loc.lon

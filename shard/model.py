@@ -16,6 +16,9 @@ from shard.expr import parse_expr
 from shard.limits import MAX_ID_LEN, MAX_KEYWORDS, MAX_RADIUS_M, MAX_TEXT_LEN, MAX_TTL_S
 from shard.terms import check_term, message_terms, normalize_term
 
+Update = tuple[str, str, str]
+"""One change of a subscription's result set: (subscription id, "+" or "-", message id)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Point:

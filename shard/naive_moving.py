@@ -17,12 +17,12 @@ from numba import njit
 from shard.applus.messages import MessageStore
 from shard.applus.mlists import MS_ALIVE, move_change_of, push_update
 from shard.applus.moves import clause_form, recentre_columns
-from shard.applus.tree import Update, subscription_form
+from shard.applus.tree import subscription_form
 from shard.aptree.maintain import int_list, move_clauses
 from shard.aptree.match import grown
 from shard.aptree.tree import APTree, EncodedMessages
 from shard.errors import ValidationError
-from shard.model import Message, Point, Subscription
+from shard.model import Message, Point, Subscription, Update
 
 DEFAULT_CELL_DEG = 1.0
 

@@ -43,8 +43,6 @@ import numpy as np
 from shard.errors import NotFoundError, ValidationError
 from shard.state import ShardState
 
-Update = tuple[str, str, str]
-
 _KINDS = ("pub", "sub", "unsub", "detach", "move")
 
 

@@ -60,7 +60,7 @@ import numpy as np
 from numba import njit
 
 from shard.applus import APPlusTree
-from shard.applus.tree import Update, subscription_form
+from shard.applus.tree import subscription_form
 from shard.errors import NotFoundError, ValidationError
 from shard.geometry import region_hits_point, region_hits_rect
 from shard.limits import MAX_CLAUSE_TERMS, MAX_CLAUSES, MAX_ID_LEN
@@ -70,6 +70,7 @@ from shard.model import (
     Point,
     Rect,
     Subscription,
+    Update,
     validate_circle,
     validate_id,
     validate_point,
@@ -375,7 +376,7 @@ class ShardState:
         """Assert the tree's structural invariants."""
         # check_mlists reads one m-list row per node, but a rebuild with no live message leaves
         # the rows ungrown until the next operation needs them: grow them first
-        self.tree._sync()
+        self.tree.sync()
         self.tree._check()
 
     # ---- validation -------------------------------------------------------------------------

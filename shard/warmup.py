@@ -17,16 +17,23 @@ N_SUBS = 200
 N_MSGS = 50
 
 
-def warm_up_shard() -> None:
-    """Run every operation kind once on a small throwaway shard (see the module docstring)."""
+def workload(moving: bool = True) -> tuple[list[Subscription], list[Message]]:
+    """The small workload every warm-up runs (the shard's here, the benches' too): ``N_SUBS``
+    subscriptions over ten unit cells, ``N_MSGS`` point messages living 5 s."""
     subs = [
-        Subscription(f"w{i}", (("a", f"b{i % 7}"),), Rect(i % 10, 0, i % 10 + 1, 1), moving=True)
+        Subscription(f"w{i}", (("a", f"b{i % 7}"),), Rect(i % 10, 0, i % 10 + 1, 1), moving=moving)
         for i in range(N_SUBS)
     ]
     msgs = [
         Message(f"m{i}", ("a", f"b{i % 7}"), Point(i % 10 + 0.5, 0.5), ttl=5.0)
         for i in range(N_MSGS)
     ]
+    return subs, msgs
+
+
+def warm_up_shard() -> None:
+    """Run every operation kind once on a small throwaway shard (see the module docstring)."""
+    subs, msgs = workload()
     state = ShardState.build(0, subs, 0.0, theta_p=8, fanout=16)
     ops: list[tuple] = [("pub", m) for m in msgs]
     ops.append(("pub", Message("r", ("a",), Rect(0, 0, 3, 1), ttl=0.0)))

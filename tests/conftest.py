@@ -1,5 +1,6 @@
-"""Shared test helpers: small random workloads on a coarse coordinate lattice (so that boundaries
-coincide often), and the comparison against the brute-force oracle."""
+"""Fixtures every test module may use (a real redis-server, a session's Ray), the Hypothesis
+profiles, and the markers that follow from fixtures. Helpers are in ``workloads.py`` (random
+workloads, the oracle's mirror) and ``clusters.py`` (the clusters tests run)."""
 
 from __future__ import annotations
 
@@ -27,10 +28,15 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
-def pytest_configure(config):
-    # also meant for pyproject's marker list; registered here so that `-m "not ray"` works now
-    config.addinivalue_line("markers", "ray: real Ray actors (one ray.init(num_cpus=2) a session)")
-    config.addinivalue_line("markers", "e2e: end to end through real Redis, Ray and gRPC")
+def pytest_collection_modifyitems(items):
+    """The markers (declared in pyproject.toml) that follow from a test's fixtures: a test of
+    the ``redis_url`` fixture or of the whole cluster (``e2e``) needs a redis-server (``redis``);
+    one of ``ray_session`` real Ray actors (``ray``)."""
+    for item in items:
+        if "redis_url" in item.fixturenames or item.get_closest_marker("e2e"):
+            item.add_marker(pytest.mark.redis)
+        if "ray_session" in item.fixturenames:
+            item.add_marker(pytest.mark.ray)
 
 
 @contextlib.contextmanager

@@ -21,47 +21,12 @@ from shard.brute import subscription_matches
 from shard.errors import NotFoundError, ValidationError
 from shard.geometry import EARTH_RADIUS_M, KIND_CIRCLE, KIND_RECT, circle_bbox, region_hits_rect
 from shard.model import Message, Point, Rect, Subscription
-from tests.workloads import random_message, random_subscription
-
-
-class Mirror:
-    """What a client sees (updates applied in order) next to the oracle's state."""
-
-    def __init__(self) -> None:
-        self.subs: dict[str, Subscription] = {}
-        self.live: dict[str, tuple[Message, float]] = {}  # id -> (message, expiry)
-        self.held: dict[str, set[str]] = {}
-
-    def apply(self, updates) -> None:
-        for sid, sign, mid in updates:
-            held = self.held.setdefault(sid, set())
-            if sign == "+":
-                assert mid not in held, f"+{mid} for {sid}, which already holds it"
-                held.add(mid)
-            else:
-                assert mid in held, f"-{mid} for {sid}, which does not hold it"
-                held.remove(mid)
-
-    def expire(self, now: float) -> None:
-        self.live = {k: v for k, v in self.live.items() if now < v[1]}
-
-    def expected(self) -> dict[str, set[str]]:
-        return {
-            sid: {mid for mid, (m, _) in self.live.items() if subscription_matches(s, m)}
-            for sid, s in self.subs.items()
-        }
-
-    def assert_exact(self) -> None:
-        want = self.expected()
-        for sid in set(want) | set(self.held):
-            got = self.held.get(sid, set()) if sid in self.subs else set()
-            assert got == want.get(sid, set()), (
-                f"{sid}: client {sorted(got)} != {sorted(want.get(sid, set()))}"
-            )
-
-
-def _moving(sub: Subscription) -> Subscription:
-    return Subscription(sub.id, sub.clauses, sub.region, moving=True)
+from tests.workloads import (
+    Mirror,
+    as_moving,
+    random_message,
+    random_subscription,
+)
 
 
 class PlusVersusOracle(RuleBasedStateMachine):
@@ -93,7 +58,7 @@ class PlusVersusOracle(RuleBasedStateMachine):
     @rule(seed=st.integers(0, 2**32 - 1), dt=st.sampled_from([0.0, 0.5, 1.0, 3.0]))
     def subscribe(self, seed, dt):
         rng = random.Random(seed)
-        sub = _moving(random_subscription(rng, f"s{self.n}"))
+        sub = as_moving(random_subscription(rng, f"s{self.n}"))
         self.n += 1
         now = self._tick(dt)
         self.mirror.apply(self.tree.subscribe(sub, now))
@@ -110,7 +75,7 @@ class PlusVersusOracle(RuleBasedStateMachine):
         sub = random_subscription(rng, sid)
         if rng.random() < 0.5:
             sub = Subscription(sid, old.clauses, sub.region)
-        sub = _moving(sub)
+        sub = as_moving(sub)
         now = self._tick(dt)
         self.mirror.apply(self.tree.subscribe(sub, now))
         self.mirror.subs[sid] = sub
@@ -441,7 +406,7 @@ def test_a_tree_grown_from_few_promotes_its_dummy_cuts_and_stays_exact(batch):
         # 40 new subscriptions a step, a third with a keyword never seen before
         subs = []
         for i in range(40):
-            s = _moving(random_subscription(rng, f"s{step}-{i}"))
+            s = as_moving(random_subscription(rng, f"s{step}-{i}"))
             if i % 3 == 0:
                 first = s.clauses[0]
                 s = Subscription(s.id, ((f"new{step}x{i}", *first[1:]),), s.region, moving=True)
@@ -507,7 +472,7 @@ def test_past_the_whole_rebuild_limit_a_root_grown_fourfold_is_rebuilt_with_a_fr
     is due anyway: it is done as a whole rebuild, with a fresh keyword order."""
     monkeypatch.setattr(tree_module, "REBUILD_WHOLE_MAX", 1_500)
     rng = random.Random(9)
-    subs = [_moving(random_subscription(rng, f"s{i}")) for i in range(6_000)]
+    subs = [as_moving(random_subscription(rng, f"s{i}")) for i in range(6_000)]
     tree = APPlusTree.build(subs[:1_200], theta_p=8)
     assert tree._built_size == 1_200
     for k in range(1_200, len(subs), 100):
@@ -527,7 +492,7 @@ def test_a_tree_built_large_enough_is_rebuilt_whole_at_every_doubling(monkeypatc
     doubling: the grown tree stays within 2x of its last fresh build."""
     monkeypatch.setattr(tree_module, "REBUILD_DOUBLING_FROM", 2_000)
     rng = random.Random(11)
-    subs = [_moving(random_subscription(rng, f"s{i}")) for i in range(13_000)]
+    subs = [as_moving(random_subscription(rng, f"s{i}")) for i in range(13_000)]
     tree = APPlusTree.build(subs[:1_000], theta_p=8)
     sizes = [1_000]
     for k in range(1_000, len(subs), 100):

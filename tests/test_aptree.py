@@ -9,7 +9,6 @@ import hypothesis.strategies as st
 import numpy as np
 import pytest
 from hypothesis import given, settings
-from workloads import assert_same_matches, random_message, random_subscription
 
 from shard.aptree import APTree
 from shard.aptree.layout import (
@@ -28,6 +27,7 @@ from shard.aptree.layout import (
 from shard.brute import BruteMatcher
 from shard.errors import NotFoundError, ValidationError
 from shard.model import Circle, Message, Point, Rect, Subscription
+from tests.workloads import assert_same_matches, random_message, random_subscription
 
 
 def root_type(tree: APTree) -> int:

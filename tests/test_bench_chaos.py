@@ -279,6 +279,7 @@ def test_a_resuming_stream_gives_up_when_it_cannot_connect():
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_bench_chaos_loses_and_repeats_nothing_through_one_fault_of_each_kind(tmp_path):
     argv = [sys.executable, "-m", "geopubsub.cli", "bench", "chaos", "--data-dir", str(tmp_path)]
     # 80 s: a fault is injected once the one before has recovered (a killed coordinator takes

@@ -72,6 +72,7 @@ def test_rss_is_read_from_proc_and_latency_is_grouped_by_minute():
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_bench_soak_samples_every_process_and_stops_its_cluster(tmp_path):
     argv = [sys.executable, "-m", "geopubsub.cli", "bench", "soak", "--data-dir", str(tmp_path)]
     argv += ["--gen-subs", "2000", "--gen-msgs", "500", "--register", "grpc", "--duration", "8"]

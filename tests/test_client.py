@@ -9,12 +9,12 @@ import time
 
 import grpc
 import pytest
-from fake_coordinator import serve
 
 from geopubsub.client import Delivery, GeoPubSubClient, PublishResult
 from geopubsub.v1 import geopubsub_pb2 as pb
 from shard.errors import ExpressionError, ValidationError
 from shard.model import Circle, Message, Point, Rect
+from tests.fake_coordinator import serve
 
 
 @pytest.fixture

@@ -11,11 +11,11 @@ import subprocess
 import sys
 
 import pytest
-from fake_coordinator import serve
 
 from geopubsub import cluster_cli
 from geopubsub.cli import build_parser, main
 from geopubsub.client import GeoPubSubClient
+from tests.fake_coordinator import serve
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -352,6 +352,8 @@ def _is_shard(pid: int) -> bool:
         return False
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_up_detached_status_down_with_the_real_coordinator(tmp_path):
     from deploy import local
     from deploy.processes import alive, session_members

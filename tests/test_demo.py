@@ -16,7 +16,7 @@ import pytest
 from deploy import local
 from deploy.processes import alive
 
-pytestmark = [pytest.mark.e2e]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = [sys.executable, "-m", "geopubsub.cli", "demo", "--subs", "2000", "--msgs", "2000"]

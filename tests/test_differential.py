@@ -9,10 +9,10 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
-from workloads import assert_same_matches, random_message, random_subscription
 
 from shard.aptree import APTree
 from shard.brute import BruteMatcher
+from tests.workloads import assert_same_matches, random_message, random_subscription
 
 tree_options = st.fixed_dictionaries(
     {

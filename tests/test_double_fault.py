@@ -23,8 +23,7 @@ from geopubsub.v1 import geopubsub_pb2 as pb
 from shard.brute import subscription_matches
 from shard.model import Message, Point, Rect, Subscription
 from shard.state import ShardState
-from tests.test_outages import settled
-from tests.test_retention import DownShard, Node, _settings
+from tests.clusters import DownShard, Node, coordinator_settings, settled
 
 pytestmark = pytest.mark.redis
 
@@ -127,12 +126,13 @@ async def _stream(stub, sid: str) -> list[pb.Delivery]:
 
 
 @pytest.mark.parametrize("seed", range(4))
+@pytest.mark.slow
 def test_a_coordinator_killed_while_a_shard_is_down_leaves_no_subscriber_mistold(
     redis_url, seed, monkeypatch
 ):
     monkeypatch.setattr("coordinator.recovery.RELOAD_PAUSE_S", (0.01, 0.05))
     rng = random.Random(seed)
-    settings = _settings(redis_url, uuid.uuid4().hex, shards=2)
+    settings = coordinator_settings(redis_url, uuid.uuid4().hex, shards=2)
     state = {
         "n": 0,
         "made": 0,
@@ -223,7 +223,7 @@ def test_a_subscribe_cut_short_by_a_crash_is_told_after_the_restart(redis_url):
     """Redis has a subscription the moment Subscribe writes it; its ADDs come in a round. A
     coordinator killed in between leaves it marked untold, and the next one tells it (and
     clears the mark); a subscribe that went through leaves no mark."""
-    settings = _settings(redis_url, uuid.uuid4().hex, shards=1)
+    settings = coordinator_settings(redis_url, uuid.uuid4().hex, shards=1)
     m = Message("L", ("a",), Point(0.2, 0.2), ttl=60.0)
     req = pb.SubscribeRequest(
         subscription=to_proto_subscription(Subscription("late", (("a",),), Rect(0, 0, 1, 1)))
@@ -269,7 +269,7 @@ def test_a_one_shot_message_cut_short_reaches_the_down_shard_after_a_crash(redis
     """A one-shot message over both shards while one is down: the other's subscriber gets it,
     the publish's retry is answered; the coordinator is killed before the shard is back. The
     next coordinator delivers it to the down shard's subscriber, and not again to the other."""
-    settings = _settings(redis_url, uuid.uuid4().hex, shards=2)
+    settings = coordinator_settings(redis_url, uuid.uuid4().hex, shards=2)
     req = pb.PublishRequest(
         message=to_proto_message(Message("once", ("a",), Rect(-8.5, -8.5, 8.5, 8.5)))
     )
@@ -311,7 +311,7 @@ def test_a_message_expired_on_one_shard_while_its_other_is_down_is_removed_once_
     gets its REMOVE, the down one's waits for its shard. The coordinator is killed (the shard
     back before the next one starts, or after); the next one stores the message again only in
     the shard that had not expired it: each subscriber gets exactly one REMOVE."""
-    settings = _settings(redis_url, uuid.uuid4().hex, shards=2)
+    settings = coordinator_settings(redis_url, uuid.uuid4().hex, shards=2)
     brief = Message("brief", ("a",), Rect(-8.5, -8.5, 8.5, 8.5), ttl=1.0)
     once = [(pb.Delivery.ADD, "brief"), (pb.Delivery.REMOVE, "brief")]
 

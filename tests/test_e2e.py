@@ -13,58 +13,15 @@ import uuid
 import grpc
 import pytest
 
-from coordinator.server import create_server, stop_server
-from coordinator.settings import Settings
-from coordinator.shards import RayShard
 from geopubsub.convert import to_proto_message, to_proto_subscription
 from geopubsub.v1 import geopubsub_pb2 as pb
-from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.applus import APPlusTree
 from shard.brute import subscription_matches
 from shard.model import Message, Point, Rect, Subscription
+from tests.clusters import Cluster, coordinator_settings
 from tests.workloads import random_message, random_subscription
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ray]
-
-SHARD_DEADLINE_S = 120.0
-"""Shard calls are bounded (half of this) far above what any round of these tests takes."""
-
-
-def _settings(redis_url: str, namespace: str, **kw) -> Settings:
-    return Settings.load(
-        flags={"port": 0, "redis_url": redis_url, "namespace": namespace, "shards": 2, **kw}
-    )
-
-
-class Cluster:
-    """The coordinator with two shard actors, and a client channel to it."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-
-    async def __aenter__(self):
-        from shard.actor import make_shard_actor
-
-        self.actors = []
-
-        def factory(k: int):
-            actor = make_shard_actor(k)
-            self.actors.append(actor)
-            # bounded, so that a shard that never answers fails the test instead of hanging it
-            return RayShard(k, actor, deadline_s=SHARD_DEADLINE_S)
-
-        self.server, self.port, self.app = await create_server(self.settings, factory)
-        self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{self.port}")
-        self.stub = pb_grpc.GeoPubSubStub(self.channel)
-        return self
-
-    async def __aexit__(self, *exc):
-        import ray
-
-        await self.channel.close()
-        await stop_server(self.server, self.app)
-        for a in self.actors:
-            ray.kill(a)
 
 
 def run(coro):
@@ -112,7 +69,7 @@ def test_publish_and_stream_equal_the_oracle(ray_session, redis_url):
     msgs = [random_message(rng, f"m{i}") for i in range(150)]
 
     async def main():
-        async with Cluster(_settings(redis_url, uuid.uuid4().hex)) as c:
+        async with Cluster(coordinator_settings(redis_url, uuid.uuid4().hex)) as c:
             await _subscribe_all(c.stub, subs)
 
             async def requests():
@@ -150,7 +107,7 @@ def test_moving_across_the_shard_boundary_equals_the_in_process_tree(ray_session
     ]
 
     async def main():
-        async with Cluster(_settings(redis_url, uuid.uuid4().hex)) as c:
+        async with Cluster(coordinator_settings(redis_url, uuid.uuid4().hex)) as c:
             ref = APPlusTree()
             await c.stub.Subscribe(pb.SubscribeRequest(subscription=to_proto_subscription(mover)))
             ref.subscribe(mover, 0.0)
@@ -175,7 +132,7 @@ def test_resume_after_a_disconnect_loses_and_repeats_nothing(ray_session, redis_
     sub = Subscription("r", (("x",),), Rect(-1, -1, 1, 1))
 
     async def main():
-        async with Cluster(_settings(redis_url, uuid.uuid4().hex)) as c:
+        async with Cluster(coordinator_settings(redis_url, uuid.uuid4().hex)) as c:
             await c.stub.Subscribe(pb.SubscribeRequest(subscription=to_proto_subscription(sub)))
             for i in range(30):
                 msg = Message(f"a{i}", ("x",), Point(0.5, 0.5))
@@ -203,7 +160,7 @@ def test_a_new_subscription_in_a_freed_slot_starts_afresh(ray_session, redis_url
     second = [random_subscription(rng, f"b{i}") for i in range(25)]
 
     async def main():
-        async with Cluster(_settings(redis_url, uuid.uuid4().hex)) as c:
+        async with Cluster(coordinator_settings(redis_url, uuid.uuid4().hex)) as c:
             await _subscribe_all(c.stub, first)
             before = [random_message(rng, f"p{i}") for i in range(60)]
             for m in before:
@@ -238,10 +195,10 @@ def test_restart_keeps_subscriptions_and_sequences(ray_session, redis_url):
     probe = Message("p", ("t1", "t2", "t3"), Point(0.5, 0.5))
 
     async def main():
-        async with Cluster(_settings(redis_url, ns)) as c:
+        async with Cluster(coordinator_settings(redis_url, ns)) as c:
             await _subscribe_all(c.stub, subs)
             await c.stub.Publish(pb.PublishRequest(message=to_proto_message(probe)))
-        async with Cluster(_settings(redis_url, ns)) as c:
+        async with Cluster(coordinator_settings(redis_url, ns)) as c:
             for s in subs:
                 got = await c.stub.GetSubscription(pb.GetSubscriptionRequest(id=s.id))
                 assert got == to_proto_subscription(s)
@@ -263,7 +220,7 @@ def test_invalid_requests_name_the_field_and_health_says_serving(ray_session, re
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     async def main():
-        async with Cluster(_settings(redis_url, uuid.uuid4().hex)) as c:
+        async with Cluster(coordinator_settings(redis_url, uuid.uuid4().hex)) as c:
             health = health_pb2_grpc.HealthStub(c.channel)
             h = await health.Check(health_pb2.HealthCheckRequest(service=""))
             assert h.status == health_pb2.HealthCheckResponse.SERVING
@@ -296,7 +253,7 @@ def test_a_dead_round_loop_answers_unavailable_and_health_says_not_serving(ray_s
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     async def main():
-        async with Cluster(_settings(redis_url, uuid.uuid4().hex)) as c:
+        async with Cluster(coordinator_settings(redis_url, uuid.uuid4().hex)) as c:
 
             async def broken(rnd):
                 raise RuntimeError("a bug in the delivery stage")
@@ -319,7 +276,7 @@ def test_moving_deliveries_reach_the_stream_in_order(ray_session, redis_url):
     sub = Subscription("w", (("x",),), Rect(-1, -1, 1, 1), moving=True)
 
     async def main():
-        async with Cluster(_settings(redis_url, uuid.uuid4().hex)) as c:
+        async with Cluster(coordinator_settings(redis_url, uuid.uuid4().hex)) as c:
             await c.stub.Subscribe(pb.SubscribeRequest(subscription=to_proto_subscription(sub)))
             for i, x in enumerate([-5, 0, 5]):
                 m = Message(f"q{i}", ("x",), Point(x, 0), ttl=3600.0)
@@ -354,7 +311,7 @@ def test_a_crashed_shard_is_reloaded_from_the_subscriptions(ray_session, redis_u
     probes = [random_message(rng, f"p{i}") for i in range(20)]
 
     async def main():
-        async with Cluster(_settings(redis_url, uuid.uuid4().hex)) as c:
+        async with Cluster(coordinator_settings(redis_url, uuid.uuid4().hex)) as c:
             await _subscribe_all(c.stub, subs)
             ray.kill(c.actors[0], no_restart=False)  # the process dies; Ray restarts it empty
             failures = 0
@@ -382,7 +339,9 @@ def test_the_retention_log_keeps_retention_max_deliveries_and_says_what_it_dropp
     sub = Subscription("keep", (("x",),), Rect(-1, -1, 1, 1))
 
     async def main():
-        async with Cluster(_settings(redis_url, uuid.uuid4().hex, retention_max=10)) as c:
+        async with Cluster(
+            coordinator_settings(redis_url, uuid.uuid4().hex, retention_max=10)
+        ) as c:
             await c.stub.Subscribe(pb.SubscribeRequest(subscription=to_proto_subscription(sub)))
             for i in range(300):
                 m = Message(f"k{i}", ("x",), Point(0, 0))
@@ -398,7 +357,7 @@ def test_the_retention_log_keeps_retention_max_deliveries_and_says_what_it_dropp
 
 def test_an_ephemeral_subscription_streams_live_but_keeps_no_log(ray_session, redis_url):
     async def main():
-        async with Cluster(_settings(redis_url, uuid.uuid4().hex)) as c:
+        async with Cluster(coordinator_settings(redis_url, uuid.uuid4().hex)) as c:
             sub = to_proto_subscription(Subscription("e", (("x",),), Rect(-1, -1, 1, 1)))
             sub.ephemeral = True
             await c.stub.Subscribe(pb.SubscribeRequest(subscription=sub))
@@ -433,13 +392,15 @@ def test_a_durable_subscription_made_ephemeral_keeps_numbering_after_its_log(
         await c.stub.Publish(pb.PublishRequest(message=to_proto_message(m)))
 
     async def main():
-        async with Cluster(_settings(redis_url, ns)) as c:
+        async with Cluster(coordinator_settings(redis_url, ns)) as c:
             await c.stub.Subscribe(pb.SubscribeRequest(subscription=sub))
             for i in range(3):
                 await publish(c, f"old{i}")
             sub.ephemeral = True
             await c.stub.Subscribe(pb.SubscribeRequest(subscription=sub))
-        async with Cluster(_settings(redis_url, ns)) as c:  # restarted: numbering from Redis
+        async with Cluster(
+            coordinator_settings(redis_url, ns)
+        ) as c:  # restarted: numbering from Redis
             call = c.stub.StreamResults(pb.StreamResultsRequest(id="d"))
             got = [await asyncio.wait_for(call.read(), 5) for _ in range(3)]
             await publish(c, "new")
@@ -466,7 +427,7 @@ def test_reload_serves_subscriptions_written_to_redis_behind_its_back(ray_sessio
     ns = uuid.uuid4().hex
 
     async def main():
-        async with Cluster(_settings(redis_url, ns)) as c:
+        async with Cluster(coordinator_settings(redis_url, ns)) as c:
             md = Metadata(redis_url, ns)
             await md.put_subscriptions([(s, (0,)) for s in subs])  # placement is recomputed
             await md.close()
@@ -487,7 +448,7 @@ def test_batched_publish_equals_the_oracle_and_a_bad_batch_publishes_nothing(
     msgs = [random_message(rng, f"m{i}") for i in range(120)]
 
     async def main():
-        async with Cluster(_settings(redis_url, uuid.uuid4().hex)) as c:
+        async with Cluster(coordinator_settings(redis_url, uuid.uuid4().hex)) as c:
             await _subscribe_all(c.stub, subs)
 
             async def requests():  # batches of 1..40, and single messages between them
@@ -579,7 +540,7 @@ def test_batched_moves_equal_the_in_process_tree_and_a_bad_batch_moves_nothing(
         )
 
     async def main():
-        async with Cluster(_settings(redis_url, uuid.uuid4().hex)) as c:
+        async with Cluster(coordinator_settings(redis_url, uuid.uuid4().hex)) as c:
             ref = APPlusTree()
             for s in movers:
                 await c.stub.Subscribe(pb.SubscribeRequest(subscription=to_proto_subscription(s)))

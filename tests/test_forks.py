@@ -7,10 +7,13 @@ from __future__ import annotations
 import contextlib
 import time
 
+import pytest
 import redis
 
 from deploy import forks
 from deploy.redis_local import RedisServer
+
+pytestmark = pytest.mark.redis
 
 
 def test_the_group_is_made_idle_on_a_v1_layout(tmp_path):

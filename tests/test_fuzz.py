@@ -270,6 +270,7 @@ def _slots(msg) -> list:
 
 @FUZZ
 @given(data=st.data())
+@pytest.mark.slow
 def test_one_hostile_field_in_a_request_that_was_valid(coordinator, data):
     """The accepted paths: a valid request with one field set (or added) to a hostile value."""
     method = data.draw(st.sampled_from([m for m in _METHODS if m.name != "GetStats"]))

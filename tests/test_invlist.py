@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from workloads import VOCAB, assert_same_matches, random_message, random_subscription
 
 from geopubsub.cli import main
 from geopubsub.gen import generate
@@ -20,6 +19,7 @@ from shard.brute import BruteMatcher
 from shard.invlist import InvertedList
 from shard.model import Circle, Message, Point, Rect, Subscription
 from shard.workload import read_messages, read_subscriptions
+from tests.workloads import VOCAB, assert_same_matches, random_message, random_subscription
 
 FOREIGN = [f"u{i}" for i in range(10)]
 """Terms no subscription holds."""

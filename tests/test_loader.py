@@ -22,6 +22,7 @@ from shard.geometry import region_bbox
 from shard.model import subscription_from_dict, subscription_to_dict
 from shard.partition_map import PartitionMap, bbox_centre
 from shard.workload import iter_jsonl, write_jsonl
+from tests.clusters import Cluster, coordinator_settings
 from tests.workloads import random_message, random_subscription
 
 BAD_ROWS = [
@@ -320,7 +321,6 @@ def test_loaded_subscriptions_are_read_by_the_coordinator_and_match_like_the_ora
     from geopubsub.convert import to_proto_message
     from geopubsub.v1 import geopubsub_pb2 as pb
     from shard.brute import subscription_matches
-    from tests.test_e2e import Cluster, _settings
 
     rng = random.Random(6)
     rows = _good(rng, 250)
@@ -338,7 +338,9 @@ def test_loaded_subscriptions_are_read_by_the_coordinator_and_match_like_the_ora
         assert sorted(got, key=lambda x: x.id) == sorted(subs, key=lambda x: x.id)
         assert await md.get_subscription(subs[7].id) == subs[7]
         await md.close()
-        async with Cluster(_settings(redis_url, ns)) as c:  # what `geopubsub up` does next
+        async with Cluster(
+            coordinator_settings(redis_url, ns)
+        ) as c:  # what `geopubsub up` does next
             stats = await c.stub.GetStats(pb.GetStatsRequest())
             assert stats.subscriptions == 250
             assert [x.subscriptions for x in stats.shards] == [s.per_shard[0], s.per_shard[1]]

@@ -8,9 +8,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,8 +21,9 @@ from deploy import local
 from deploy.processes import alive, session_members
 from deploy.redis_local import RedisServer, ping
 from shard.errors import UnavailableError
+from tests.clusters import FAKE, launch, launch_settings
 
-FAKE = [sys.executable, str(Path(__file__).with_name("fake_coordinator.py"))]
+pytestmark = pytest.mark.redis
 
 
 @pytest.fixture(autouse=True)
@@ -35,37 +34,11 @@ def _no_cluster_left(tmp_path):
         local.down(data_dir, out=io.StringIO())
 
 
-def _launch(
-    settings: Settings, *, detach: bool, env: dict[str, str] | None = None
-) -> subprocess.Popen:
-    """``local.up`` in a process of its own, as ``geopubsub up`` runs it."""
-    code = (
-        "import json, sys\n"
-        "from coordinator.settings import Settings\n"
-        "from deploy import local\n"
-        "settings = Settings(**json.loads(sys.argv[1]))\n"
-        "sys.exit(local.up(settings, detach=sys.argv[2] == 'detach', command=json.loads(sys.argv[3])))\n"
-    )
-    argv = [sys.executable, "-c", code, json.dumps(dataclasses.asdict(settings))]
-    argv += ["detach" if detach else "foreground", json.dumps(FAKE)]
-    return subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, **(env or {})},
-    )
-
-
 def _up_detached(settings: Settings, **kwargs) -> str:
-    launcher = _launch(settings, detach=True, **kwargs)
+    launcher = launch(settings, detach=True, **kwargs)
     out, _ = launcher.communicate(timeout=60)
     assert launcher.returncode == 0, out
     return out
-
-
-def _settings(tmp_path: Path, **flags) -> Settings:
-    return Settings.load(flags={"data_dir": str(tmp_path), "port": 0, **flags})
 
 
 def _report(tmp_path: Path) -> dict:
@@ -73,7 +46,7 @@ def _report(tmp_path: Path) -> dict:
 
 
 def test_up_detached_hands_over_the_settings_and_down_stops_everything(tmp_path):
-    settings = _settings(
+    settings = launch_settings(
         tmp_path, shards=3, batch_max=9, redis_maxmemory_mb=64, redis_fsync="always"
     )
     # An inherited GEOPUBSUB_* variable must not override the resolved settings.
@@ -141,7 +114,7 @@ def test_up_detached_hands_over_the_settings_and_down_stops_everything(tmp_path)
 
 
 def test_a_second_up_is_refused_and_a_stale_manifest_ignored(tmp_path):
-    settings = _settings(tmp_path)
+    settings = launch_settings(tmp_path)
     _up_detached(settings)
     try:
         with pytest.raises(local.ClusterError, match="already running .* `geopubsub down`"):
@@ -160,7 +133,7 @@ def test_a_second_up_is_refused_and_a_stale_manifest_ignored(tmp_path):
 def test_foreground_runs_until_interrupted_then_stops_everything(tmp_path, sig):
     # With SIGINT the stand-in also leaves a process behind (as a local Ray would) for the launcher.
     leftover = {"FAKE_COORDINATOR_LEFTOVER": "1"} if sig is signal.SIGINT else {}
-    launcher = _launch(_settings(tmp_path), detach=False, env=leftover)
+    launcher = launch(launch_settings(tmp_path), detach=False, env=leftover)
     lines = []
     for line in launcher.stdout:
         lines.append(line)
@@ -185,7 +158,7 @@ def test_foreground_runs_until_interrupted_then_stops_everything(tmp_path, sig):
 
 
 def test_down_stops_a_foreground_cluster_and_its_launcher_exits(tmp_path):
-    launcher = _launch(_settings(tmp_path), detach=False)
+    launcher = launch(launch_settings(tmp_path), detach=False)
     for line in launcher.stdout:
         if "Ctrl-C stops it" in line:
             break
@@ -197,7 +170,7 @@ def test_down_stops_a_foreground_cluster_and_its_launcher_exits(tmp_path):
 def test_a_coordinator_failing_at_start_is_reported_and_redis_stopped(tmp_path):
     failing = [sys.executable, "-c", "import sys; print('boom: cannot start'); sys.exit(3)"]
     with pytest.raises(local.ClusterError, match=r"exited with code 3(.|\n)*boom: cannot start"):
-        local.start(_settings(tmp_path), command=failing)
+        local.start(launch_settings(tmp_path), command=failing)
     assert not local.manifest_path(tmp_path).exists()
     assert "User requested shutdown" in (tmp_path / "redis" / "redis.log").read_text()
 
@@ -206,14 +179,14 @@ def test_a_coordinator_never_listening_times_out(tmp_path):
     silent = [sys.executable, "-c", "import time; time.sleep(60)"]
     began = time.monotonic()
     with pytest.raises(local.ClusterError, match="did not print its listening line within 1 s"):
-        local.start(_settings(tmp_path), command=silent, timeout_s=1.0)
+        local.start(launch_settings(tmp_path), command=silent, timeout_s=1.0)
     assert time.monotonic() - began < 30
     assert not local.manifest_path(tmp_path).exists()
 
 
 def test_an_external_redis_is_used_and_left_running(tmp_path):
     with RedisServer(tmp_path / "external") as external:
-        settings = _settings(tmp_path / "cluster", redis_url=external.url)
+        settings = launch_settings(tmp_path / "cluster", redis_url=external.url)
         _up_detached(settings)
         manifest = local.read_manifest(tmp_path / "cluster")
         assert manifest["redis"] == {"url": external.url, "private": False}
@@ -228,7 +201,7 @@ def test_an_unreachable_redis_url_fails_fast(tmp_path):
 
     url = f"redis://127.0.0.1:{free_port()}/0"
     with pytest.raises(UnavailableError, match="not reachable"):
-        local.start(_settings(tmp_path, redis_url=url), command=FAKE)
+        local.start(launch_settings(tmp_path, redis_url=url), command=FAKE)
     assert not local.manifest_path(tmp_path).exists()
 
 

@@ -21,6 +21,7 @@ from shard.brute import subscription_matches
 from shard.errors import UnavailableError
 from shard.model import Message, Point, Rect, Subscription
 from shard.partition_map import PartitionMap
+from tests.clusters import settled
 
 TERMS = ("a", "b", "c")
 
@@ -133,18 +134,6 @@ async def _answered(futs: list) -> None:
     done, pending = await asyncio.wait(futs, timeout=10) if futs else (set(), set())
     assert not pending, f"{len(pending)} operations never answered"
     futs.clear()
-
-
-async def settled(engine: Engine, step: float = 0.002, tries: int = 2000) -> None:
-    """Until no shard is down and nothing waits, twice ``10 * step`` apart (polled every
-    ``step`` s, at most ``tries`` times). Here the test clock stands still: nothing expires."""
-    for _ in range(tries):
-        await asyncio.sleep(step)
-        if not engine.recovery.down_shards() and not engine.pending and not engine.inflight:
-            await asyncio.sleep(10 * step)
-            if not engine.recovery.down_shards() and not engine.pending and not engine.inflight:
-                return
-    raise AssertionError(f"the engine did not settle: down {engine.recovery.down_shards()}")
 
 
 def _check(engine: Engine, told_: Told, now: float) -> None:

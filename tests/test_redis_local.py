@@ -15,6 +15,8 @@ from deploy.redis_local import RedisServer, load_or_create_password, ping, stop_
 from shard.errors import UnavailableError
 from shard.metadata_codec import redacted
 
+pytestmark = pytest.mark.redis
+
 
 def test_redis_server_is_installed():
     assert shutil.which("redis-server"), "redis-server missing: run `make setup`"

@@ -21,6 +21,8 @@ from deploy.redis_local import find_redis_server
 from deploy.tls import local_tls
 from tests.cli import run_geopubsub
 
+pytestmark = pytest.mark.redis
+
 
 class TlsRedis:
     """A redis-server that listens for TLS only (no plaintext port), with a password."""
@@ -96,6 +98,7 @@ def test_the_tls_redis_refuses_plaintext_and_a_wrong_ca(tls_redis, tmp_path):
         redis.Redis.from_url(wrong, socket_timeout=2, socket_connect_timeout=2).ping()
 
 
+@pytest.mark.slow
 def test_a_secured_cluster_on_a_tls_redis_loads_and_serves(tls_redis, tmp_path):
     from geopubsub.gen import generate
 

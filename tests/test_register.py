@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from fake_coordinator import serve
 
 from geopubsub.cli import main
 from geopubsub.gen import generate
 from shard.workload import read_subscriptions
+from tests.fake_coordinator import serve
 
 
 @pytest.fixture

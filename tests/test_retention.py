@@ -6,7 +6,6 @@ a GAP, and a publish retried with the same id is not delivered twice."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import uuid
 
@@ -17,15 +16,14 @@ import pytest
 import coordinator.retention as retention
 from coordinator.metadata import Metadata
 from coordinator.retention import SREC, RoundLog, directory_of, encode_round, message_record
-from coordinator.server import create_server, stop_server
-from coordinator.settings import Settings
+from coordinator.server import stop_server
 from coordinator.shards import LocalShard
 from deploy.redis_local import RedisServer
 from geopubsub.convert import to_proto_message, to_proto_subscription
 from geopubsub.v1 import geopubsub_pb2 as pb
-from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.model import Message, Point, Rect, Subscription
 from shard.state import ShardState
+from tests.clusters import DownShard, Node, coordinator_settings
 
 pytestmark = pytest.mark.redis
 
@@ -151,49 +149,6 @@ def test_a_round_may_extend_many_leases_at_once(redis_url):
 
 
 # ---- through the coordinator ------------------------------------------------------------------
-def _settings(redis_url: str, ns: str, **kw) -> Settings:
-    return Settings.load(
-        flags={"port": 0, "redis_url": redis_url, "namespace": ns, "shards": 2, **kw}
-    )
-
-
-class Node:
-    """A coordinator with in-process shards and a client stub; ``crash`` stops it the way a
-    killed process would: no final writes, nothing drained."""
-
-    def __init__(self, settings: Settings, shard=LocalShard) -> None:
-        self.settings = settings
-        self.shard = shard
-
-    async def __aenter__(self):
-        self.server, port, self.app = await create_server(self.settings, self.shard)
-        self.target = f"127.0.0.1:{port}"
-        self.channel = grpc.aio.insecure_channel(self.target)
-        self.stub = pb_grpc.GeoPubSubStub(self.channel)
-        self.crashed = False
-        return self
-
-    async def crash(self) -> None:
-        self.crashed = True
-        await self.channel.close()
-        await self.server.stop(None)
-        app = self.app
-        app.engine._task.cancel()
-        for task in app.engine.recovery.reloads.values():  # (a killed process reloads nothing)
-            task.cancel()
-        writer = app.deliveries._writer
-        if writer is not None:
-            writer.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await asyncio.gather(app.engine._task, return_exceptions=True)
-        await app.md.close()
-
-    async def __aexit__(self, *exc):
-        if not self.crashed:
-            await self.channel.close()
-            await stop_server(self.server, self.app)
-
-
 async def _read(stub, sub_id: str, after: int = 0, quiet_s: float = 0.4) -> list[pb.Delivery]:
     out = []
     call = stub.StreamResults(pb.StreamResultsRequest(id=sub_id, after_sequence=after))
@@ -232,13 +187,13 @@ def test_acknowledged_deliveries_survive_a_crash_and_numbering_goes_on(redis_url
     ns = uuid.uuid4().hex
 
     async def main():
-        async with Node(_settings(redis_url, ns)) as a:
+        async with Node(coordinator_settings(redis_url, ns)) as a:
             await a.stub.Subscribe(_sub("d"))
             await a.stub.Subscribe(_sub("e", ephemeral=True))
             for i in range(5):
                 assert (await _publish(a.stub, f"m{i}")).matched == 2
             await a.crash()
-        async with Node(_settings(redis_url, ns)) as b:
+        async with Node(coordinator_settings(redis_url, ns)) as b:
             got = await _read(b.stub, "d")
             assert _shape(got) == [(i + 1, f"m{i}") for i in range(5)]
             assert _shape(await _read(b.stub, "d", after=3)) == [(4, "m3"), (5, "m4")]
@@ -267,11 +222,11 @@ def test_a_clean_restart_skips_no_number_of_an_ephemeral_subscription(redis_url)
     ns = uuid.uuid4().hex
 
     async def main():
-        async with Node(_settings(redis_url, ns)) as a:
+        async with Node(coordinator_settings(redis_url, ns)) as a:
             await a.stub.Subscribe(_sub("e", ephemeral=True))
             for i in range(3):
                 await _publish(a.stub, f"m{i}")
-        async with Node(_settings(redis_url, ns)) as b:
+        async with Node(coordinator_settings(redis_url, ns)) as b:
             call = b.stub.StreamResults(pb.StreamResultsRequest(id="e", after_sequence=3))
             await asyncio.sleep(0.2)
             await _publish(b.stub, "n")
@@ -289,7 +244,7 @@ def test_a_publish_retried_with_its_id_is_delivered_once(redis_url):
     ns = uuid.uuid4().hex
 
     async def main():
-        async with Node(_settings(redis_url, ns)) as a:
+        async with Node(coordinator_settings(redis_url, ns)) as a:
             await a.stub.Subscribe(_sub("d"))
             assert (await _publish(a.stub, "once")).matched == 1
             assert (await _publish(a.stub, "once")).matched == 1
@@ -298,7 +253,7 @@ def test_a_publish_retried_with_its_id_is_delivered_once(redis_url):
             assert (await a.stub.Publish(req)).matched == 1
             assert (await a.stub.Publish(req)).matched == 1  # not "a live message has this id"
             await a.crash()
-        async with Node(_settings(redis_url, ns)) as b:
+        async with Node(coordinator_settings(redis_url, ns)) as b:
             assert (await _publish(b.stub, "once")).matched == 1
             batch = [
                 to_proto_message(Message(i, ("x",), Point(0.5, 0.5))) for i in ("once", "fresh")
@@ -317,7 +272,7 @@ def test_a_publish_retried_with_its_id_is_delivered_once(redis_url):
 
 def test_a_resume_from_before_what_is_retained_starts_with_a_gap(redis_url):
     async def main():
-        async with Node(_settings(redis_url, uuid.uuid4().hex, retention_max=10)) as a:
+        async with Node(coordinator_settings(redis_url, uuid.uuid4().hex, retention_max=10)) as a:
             await a.stub.Subscribe(_sub("k"))
             for i in range(30):
                 await _publish(a.stub, f"k{i}")
@@ -347,7 +302,7 @@ def test_an_id_subscribed_again_is_a_new_subscription_to_its_stream(redis_url, a
     ns = uuid.uuid4().hex
 
     async def main():
-        async with Node(_settings(redis_url, ns)) as a:
+        async with Node(coordinator_settings(redis_url, ns)) as a:
             await a.stub.Subscribe(_sub("r"))
             for i in range(2):
                 await _publish(a.stub, f"m{i}")
@@ -364,13 +319,13 @@ def test_an_id_subscribed_again_is_a_new_subscription_to_its_stream(redis_url, a
                 await a.stub.Subscribe(_sub("r"))
             assert _shape(await _read(a.stub, "r")) == [("gap", 1, 2)]
             await a.crash()  # the new subscription has no delivery yet
-        async with Node(_settings(redis_url, ns)) as b:
+        async with Node(coordinator_settings(redis_url, ns)) as b:
             assert _shape(await _read(b.stub, "r")) == [("gap", 1, 2)]
             await _publish(b.stub, "n")
             assert _shape(await _read(b.stub, "r")) == [("gap", 1, 2), (3, "n")]
             assert _shape(await _read(b.stub, "r", after=1)) == [("gap", 2, 2), (3, "n")]
             await b.crash()
-        async with Node(_settings(redis_url, ns)) as c:
+        async with Node(coordinator_settings(redis_url, ns)) as c:
             assert _shape(await _read(c.stub, "r")) == [("gap", 1, 2), (3, "n")]
 
     asyncio.run(main())
@@ -380,7 +335,7 @@ def test_the_python_client_surfaces_a_gap(redis_url):
     from geopubsub.client import GeoPubSubClient
 
     async def main():
-        async with Node(_settings(redis_url, uuid.uuid4().hex)) as a:
+        async with Node(coordinator_settings(redis_url, uuid.uuid4().hex)) as a:
             await a.stub.Subscribe(_sub("e", ephemeral=True))
             await _publish(a.stub, "m")
 
@@ -397,7 +352,7 @@ def test_the_python_client_surfaces_a_gap(redis_url):
 
 def test_a_slow_stream_drops_from_its_buffer_one_by_one_and_catches_up_from_the_log(redis_url):
     async def main():
-        async with Node(_settings(redis_url, uuid.uuid4().hex, stream_buffer=3)) as a:
+        async with Node(coordinator_settings(redis_url, uuid.uuid4().hex, stream_buffer=3)) as a:
             await a.stub.Subscribe(_sub("d"))
             gen = a.app.deliveries.stream("d", 0)
             first = asyncio.ensure_future(gen.__anext__())  # open, waiting for a delivery
@@ -416,7 +371,7 @@ def test_a_slow_stream_drops_from_its_buffer_one_by_one_and_catches_up_from_the_
 
 def test_open_streams_are_capped(redis_url):
     async def main():
-        async with Node(_settings(redis_url, uuid.uuid4().hex, max_streams=1)) as a:
+        async with Node(coordinator_settings(redis_url, uuid.uuid4().hex, max_streams=1)) as a:
             await a.stub.Subscribe(_sub("d"))
             one = a.stub.StreamResults(pb.StreamResultsRequest(id="d"))
             await asyncio.sleep(0.2)
@@ -433,7 +388,7 @@ def test_open_streams_are_capped(redis_url):
 
 def test_a_stream_buffer_is_bounded_in_bytes_too(redis_url):
     async def main():
-        s = _settings(redis_url, uuid.uuid4().hex, stream_buffer_bytes=1024)
+        s = coordinator_settings(redis_url, uuid.uuid4().hex, stream_buffer_bytes=1024)
         async with Node(s) as a:
             await a.stub.Subscribe(_sub("d"))
             gen = a.app.deliveries.stream("d", 0)
@@ -482,7 +437,7 @@ def test_live_messages_and_positions_survive_a_coordinator_crash(redis_url):
     ns = uuid.uuid4().hex
 
     async def main():
-        async with Node(_settings(redis_url, ns)) as a:
+        async with Node(coordinator_settings(redis_url, ns)) as a:
             await a.stub.Subscribe(_mover("mv"))
             await a.stub.Subscribe(
                 pb.SubscribeRequest(
@@ -496,7 +451,7 @@ def test_live_messages_and_positions_survive_a_coordinator_crash(redis_url):
             assert await _move(a.stub, "mv", (5, 5)) == [(1, ADD, "L")]
             await a.crash()
         await asyncio.sleep(0.6)
-        async with Node(_settings(redis_url, ns)) as b:
+        async with Node(coordinator_settings(redis_url, ns)) as b:
             assert await _move(b.stub, "mv", (0, 0)) == [(2, REMOVE, "L")]
             assert await _move(b.stub, "mv", (5.1, 5)) == [(3, ADD, "L")]
             st = b.stub.StreamResults(pb.StreamResultsRequest(id="st", after_sequence=1))
@@ -529,7 +484,9 @@ class LosingShard(LocalShard):
 
 def test_a_reloaded_shard_gets_its_live_messages_back(redis_url):
     async def main():
-        async with Node(_settings(redis_url, uuid.uuid4().hex, shards=1), LosingShard) as a:
+        async with Node(
+            coordinator_settings(redis_url, uuid.uuid4().hex, shards=1), LosingShard
+        ) as a:
             await a.stub.Subscribe(_mover("mv"))
             await _stored(a.stub, "L", (5, 5), ttl=60.0)
             LosingShard.lose = True
@@ -554,7 +511,7 @@ def test_while_redis_is_down_new_operations_are_refused_and_the_log_heals_itself
         server = RedisServer(tmp_path).start()
         port = server.port
         try:
-            async with Node(_settings(server.url, "n", deadline_s=30.0)) as a:
+            async with Node(coordinator_settings(server.url, "n", deadline_s=30.0)) as a:
                 await a.stub.Subscribe(_sub("d"))
                 assert (await _publish(a.stub, "before")).matched == 1
                 await asyncio.sleep(1.2)  # (appendfsync everysec: on disk)
@@ -593,7 +550,9 @@ def test_while_redis_is_down_new_operations_are_refused_and_the_log_heals_itself
 
 def test_a_publish_that_failed_on_its_shard_is_published_when_retried(redis_url):
     async def main():
-        async with Node(_settings(redis_url, uuid.uuid4().hex, shards=1), LosingShard) as a:
+        async with Node(
+            coordinator_settings(redis_url, uuid.uuid4().hex, shards=1), LosingShard
+        ) as a:
             await a.stub.Subscribe(_sub("d"))
             LosingShard.lose = True
             with pytest.raises(grpc.aio.AioRpcError) as e:
@@ -614,7 +573,7 @@ def test_a_publish_that_failed_on_its_shard_is_published_when_retried(redis_url)
 
 def test_reload_keeps_moved_positions_and_live_messages(redis_url):
     async def main():
-        async with Node(_settings(redis_url, uuid.uuid4().hex)) as a:
+        async with Node(coordinator_settings(redis_url, uuid.uuid4().hex)) as a:
             await a.stub.Subscribe(_mover("mv"))
             await _stored(a.stub, "L", (5, 5), ttl=60.0)
             assert await _move(a.stub, "mv", (5, 5)) == [(1, ADD, "L")]
@@ -627,28 +586,11 @@ def test_reload_keeps_moved_positions_and_live_messages(redis_url):
     asyncio.run(main())
 
 
-class DownShard(LocalShard):
-    """A shard that, when told, crashes and stays down (its calls and loads fail) for a while."""
-
-    down_until = 0.0
-
-    def _check(self) -> None:
-        if time.monotonic() < DownShard.down_until:
-            self.state = ShardState(self.shard_id)
-            raise RuntimeError("shard process is down")
-
-    async def apply(self, ops, now):
-        self._check()
-        return await super().apply(ops, now)
-
-    async def load(self, subs, now, tags):
-        self._check()
-        return await super().load(subs, now, tags)
-
-
 def test_a_message_that_expires_while_its_shard_is_down_still_brings_its_removes(redis_url):
     async def main():
-        async with Node(_settings(redis_url, uuid.uuid4().hex, shards=1), DownShard) as a:
+        async with Node(
+            coordinator_settings(redis_url, uuid.uuid4().hex, shards=1), DownShard
+        ) as a:
             await a.stub.Subscribe(_mover("mv"))
             await _stored(a.stub, "L", (5, 5), ttl=1.0)
             assert await _move(a.stub, "mv", (5, 5)) == [(1, ADD, "L")]

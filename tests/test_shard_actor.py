@@ -12,8 +12,7 @@ from shard.actor import ShardActor, make_shard_actor
 from shard.errors import NotFoundError, UnavailableError, ValidationError
 from shard.model import Message, Point, Rect, Subscription
 from shard.state import ShardState
-from tests.test_shard_state import _apply, _canonical, _moving, _random_ops
-from tests.workloads import random_subscription
+from tests.workloads import apply_op, as_moving, canonical, random_ops, random_subscription
 
 pytestmark = pytest.mark.ray
 
@@ -23,9 +22,9 @@ OPTIONS = {"theta_p": 8, "fanout": 16, "dup_limit": 3, "purge_interval": 2.0}
 def _workload(seed: int, n_subs: int = 300, n_ops: int = 40):
     rng = random.Random(seed)
     t0 = 1.7e9 + rng.random()
-    subs = [_moving(random_subscription(rng, f"s{i}"), i % 5 != 0) for i in range(n_subs)]
+    subs = [as_moving(random_subscription(rng, f"s{i}"), i % 5 != 0) for i in range(n_subs)]
     movers = [s.id for s in subs if s.moving]
-    return subs, t0, _random_ops(rng, movers, n_ops, t0, 0), rng, movers
+    return subs, t0, random_ops(rng, movers, n_ops, t0, 0), rng, movers
 
 
 def _remote(actor, op):
@@ -62,7 +61,7 @@ def test_actor_gives_the_updates_of_the_in_process_state(ray_session):
     assert ray.get(actor.load.remote(subs, t0)) == len({s.id for s in subs})
     local = ShardState.build(3, subs, t0, **OPTIONS)
     got = _run(ray, actor, ops)
-    want = [_apply(local, op) for op in ops]
+    want = [apply_op(local, op) for op in ops]
     assert got == want  # same code, same order of calls: identical, not just equivalent
     assert sum(map(len, got)) > 50
     stats = ray.get(actor.stats.remote())
@@ -82,10 +81,10 @@ def test_snapshot_and_restore_through_actors(ray_session):
     second = make_shard_actor(5)  # options come with the snapshot
     assert ray.get(second.restore.remote(data)) == ray.get(first.info.remote())["subscriptions"]
     local = ShardState.restore(data)
-    later = _random_ops(rng, movers, 40, ray.get(first.info.remote())["now"], 10_000)
+    later = random_ops(rng, movers, 40, ray.get(first.info.remote())["now"], 10_000)
     a, b = _run(ray, first, later), _run(ray, second, later)
-    c = [_apply(local, op) for op in later]
-    assert [_canonical(x) for x in a] == [_canonical(x) for x in b] == [_canonical(x) for x in c]
+    c = [apply_op(local, op) for op in later]
+    assert [canonical(x) for x in a] == [canonical(x) for x in b] == [canonical(x) for x in c]
     assert sum(map(len, a)) > 20
     with pytest.raises(ValidationError) as e:  # a snapshot of another shard is refused
         ray.get(make_shard_actor(6).restore.remote(data))

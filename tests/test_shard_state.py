@@ -17,34 +17,23 @@ import shard.state
 from shard.applus import recentre
 from shard.brute import subscription_matches
 from shard.errors import NotFoundError, ValidationError
+from shard.geometry import region_centre
 from shard.model import Circle, Message, Point, Rect, Subscription
 from shard.state import SNAPSHOT_VERSION, ShardState, _publish_time
-from tests.test_applus import Mirror
-from tests.workloads import random_message, random_subscription
-
-
-def _moving(sub: Subscription, moving: bool = True) -> Subscription:
-    return Subscription(sub.id, sub.clauses, sub.region, moving=moving)
+from tests.workloads import (
+    Mirror,
+    apply_op,
+    as_moving,
+    canonical,
+    random_message,
+    random_ops,
+    random_point,
+    random_subscription,
+)
 
 
 def _sub(sid, kw, region, moving=True):
     return Subscription(sid, (tuple(kw),), region, moving=moving)
-
-
-def _canonical(updates):
-    """The updates of one call in a shape-independent order: sorted by (subscription, message),
-    stably, so the order of the updates of one pair (e.g. -m then +m) is kept."""
-    return sorted(updates, key=lambda u: (u[0], u[2]))
-
-
-def _centre(region: Rect | Circle) -> Point:
-    if isinstance(region, Circle):
-        return Point(region.lon, region.lat)
-    return Point((region.min_lon + region.max_lon) / 2, (region.min_lat + region.max_lat) / 2)
-
-
-def _random_point(rng: random.Random) -> Point:
-    return Point(rng.uniform(-30, 30), rng.uniform(-30, 30))
 
 
 class ShardVersusOracle(RuleBasedStateMachine):
@@ -85,7 +74,7 @@ class ShardVersusOracle(RuleBasedStateMachine):
             else:
                 sid = f"s{self.n}"
                 self.n += 1
-            subs.append(_moving(random_subscription(rng, sid), rng.random() < 0.85))
+            subs.append(as_moving(random_subscription(rng, sid), rng.random() < 0.85))
         now = self._tick(dt)
         self.mirror.apply(self.state.subscribe_batch(subs, now))
         for sub in subs:
@@ -134,7 +123,7 @@ class ShardVersusOracle(RuleBasedStateMachine):
             if self.mirror.subs and rng.random() < 0.6:  # aimed at a subscription: a match
                 target = self.mirror.subs[rng.choice(sorted(self.mirror.subs))]
                 terms = tuple(sorted(set(rng.choice(target.clauses)) | set(m.terms[:2])))
-                m = Message(m.id, terms, _centre(target.region))
+                m = Message(m.id, terms, Point(*region_centre(target.region)))
             msgs.append(Message(m.id, m.terms, m.location, ttl=ttl))
         now = self._tick(dt)
         updates = self.state.publish_batch(msgs, now)
@@ -157,7 +146,7 @@ class ShardVersusOracle(RuleBasedStateMachine):
         moves = []
         for _ in range(k):
             live = [m.location for m, _ in self.mirror.live.values()]
-            p = rng.choice(live) if live and rng.random() < 0.5 else _random_point(rng)
+            p = rng.choice(live) if live and rng.random() < 0.5 else random_point(rng)
             moves.append(
                 (rng.choice(movers), p if isinstance(p, Point) else Point(p.min_lon, p.max_lat))
             )
@@ -195,7 +184,7 @@ class ShardVersusOracle(RuleBasedStateMachine):
         movers = sorted(sid for sid, sub in self.mirror.subs.items() if sub.moving)
         still = sorted(sid for sid, sub in self.mirror.subs.items() if not sub.moving)
         live = sorted(mid for mid, (_, expiry) in self.mirror.live.items() if expiry > now)
-        good_moves = [(rng.choice(movers), _random_point(rng)) for _ in range(2)] if movers else []
+        good_moves = [(rng.choice(movers), random_point(rng)) for _ in range(2)] if movers else []
         if which == 0:
             bad = Message("bad", ("t1",), Point(0, 0), ttl=-1.0)
             call, args, error = s.publish_batch, [good, bad], ValidationError
@@ -240,66 +229,25 @@ TestShardVersusOracle.settings = settings(max_examples=30, stateful_step_count=3
 
 
 # ---- snapshot / restore ----------------------------------------------------------------------
-def _random_ops(rng: random.Random, ids: list[str], n_ops: int, t0: float, start: int):
-    """A list of (kind, payload, now) operations over subscription ids ``ids`` (all moving)."""
-    ops = []
-    now = t0
-    n = start
-    for _ in range(n_ops):
-        now += rng.choice([0.0, 0.25, 1.0, 3.0])
-        r = rng.random()
-        if r < 0.35:
-            msgs = []
-            for _ in range(rng.randint(1, 8)):
-                m = random_message(rng, f"n{n}")
-                n += 1
-                msgs.append(Message(m.id, m.terms, m.location, rng.choice([None, 0.7, 2.0, 6.5])))
-            ops.append(("publish", msgs, now))
-        elif r < 0.7:
-            ops.append(("move", [(rng.choice(ids), _random_point(rng)) for _ in range(4)], now))
-        elif r < 0.8:
-            sid = rng.choice(ids)
-            ops.append(("subscribe", [_moving(random_subscription(rng, sid))], now))
-        elif r < 0.85:
-            ops.append(("detach", [rng.choice(ids)], now))
-        else:
-            ops.append(("advance", None, now))
-    return ops
-
-
-def _apply(state: ShardState, op) -> list:
-    kind, payload, now = op
-    if kind == "publish":
-        return state.publish_batch(payload, now)
-    if kind == "move":
-        live = [sid for sid, _ in payload if state.has([sid])[0]]
-        return state.move_batch([(sid, p) for sid, p in payload if sid in live], now)
-    if kind == "subscribe":
-        return state.subscribe_batch(payload, now)
-    if kind == "detach":
-        return state.detach_batch(payload, now)
-    return state.advance(now)
-
-
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_restore_reproduces_every_future_update(seed):
     """Build, publish ttl messages, move, snapshot; then the same operations on the original and
     on the restored shard give the same updates, call by call."""
     rng = random.Random(seed)
     t0 = 1.7e9 + rng.random()
-    subs = [_moving(random_subscription(rng, f"s{i}"), i % 5 != 0) for i in range(300)]
+    subs = [as_moving(random_subscription(rng, f"s{i}"), i % 5 != 0) for i in range(300)]
     movers = [s.id for s in subs if s.moving]
     original = ShardState.build(2, subs, t0, theta_p=8, fanout=16, dup_limit=3, purge_interval=2.0)
-    for op in _random_ops(rng, movers, 25, t0, 0):
-        _apply(original, op)
+    for op in random_ops(rng, movers, 25, t0, 0):
+        apply_op(original, op)
     data = original.snapshot()
     restored = ShardState.restore(data)
     assert restored.stats()["live_messages"] == original.stats()["live_messages"] > 0
-    ops = _random_ops(rng, movers, 60, original.now, 10_000)
+    ops = random_ops(rng, movers, 60, original.now, 10_000)
     total = 0
     for i, op in enumerate(ops):
-        a, b = _apply(original, op), _apply(restored, op)
-        assert _canonical(a) == _canonical(b), f"op {i} {op[0]}: {a} != {b}"
+        a, b = apply_op(original, op), apply_op(restored, op)
+        assert canonical(a) == canonical(b), f"op {i} {op[0]}: {a} != {b}"
         total += len(a)
     assert total > 50  # the comparison saw real traffic
     restored._check()
@@ -359,7 +307,7 @@ def test_pickle_round_trip_rebuilds_the_tree():
         Subscription("b", (("x", "y"),), Rect(-1, -1, 2, 2), False),
         None,
     ]
-    assert _canonical(t.advance(4.0)) == [("a", "-", "m"), ("b", "-", "m")]
+    assert canonical(t.advance(4.0)) == [("a", "-", "m"), ("b", "-", "m")]
 
 
 def test_restore_rejects_foreign_bytes_without_running_them():
@@ -410,7 +358,7 @@ def test_detach_reports_exactly_the_held_messages():
     expired = [u for u in got if u[2] == "soon"]
     assert got[: len(expired)] == expired and {u[0] for u in expired} == {"c", "r"}
     # c: 120 km around (0, 0) reaches (0.5, 0.5) (79 km), not (1, 1) nor the area (141 km)
-    assert _canonical(got[len(expired) :]) == [
+    assert canonical(got[len(expired) :]) == [
         ("c", "-", "in"),
         ("d", "-", "area"),
         ("d", "-", "z"),
@@ -468,7 +416,7 @@ def test_rejected_batches_keep_pending_expirations():
     assert e.value.field == "now"
     assert s.now == 0.0 and s.has(["a", "b"]) == [True, False]
     assert s.subscriptions(["a"])[0].region == Rect(0, 0, 1, 1)  # no move was applied
-    assert _canonical(s.advance(5.0)) == [("a", "-", "m"), ("still", "-", "m")]
+    assert canonical(s.advance(5.0)) == [("a", "-", "m"), ("still", "-", "m")]
 
 
 def test_a_message_id_may_be_reused_once_expired():

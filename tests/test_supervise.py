@@ -23,7 +23,9 @@ from deploy import local
 from deploy.processes import alive, session_members
 from deploy.redis_local import ping
 from geopubsub.client import GeoPubSubClient
-from tests.test_local_cluster import _launch, _settings
+from tests.clusters import launch, launch_settings
+
+pytestmark = pytest.mark.redis
 
 FSYNC_S = 1.5
 """Wait after a write before killing Redis: the AOF is fsynced every second."""
@@ -69,8 +71,8 @@ def _serving(target: str):
 
 
 def test_foreground_restarts_its_coordinator_and_redis_then_gives_up(tmp_path):
-    settings = _settings(tmp_path, restart_max=2, restart_window_s=300.0)
-    launcher = _launch(settings, detach=False)
+    settings = launch_settings(tmp_path, restart_max=2, restart_window_s=300.0)
+    launcher = launch(settings, detach=False)
     try:
         lines = []
         for line in launcher.stdout:
@@ -128,6 +130,7 @@ def test_foreground_restarts_its_coordinator_and_redis_then_gives_up(tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_detached_cluster_survives_kill_9_of_its_coordinator_and_its_redis(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("GEOPUBSUB_")}
 

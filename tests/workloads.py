@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+from shard.brute import subscription_matches
 from shard.model import Circle, Message, Point, Rect, Subscription
 
 VOCAB = [f"t{i}" for i in range(40)]
@@ -76,3 +77,94 @@ def assert_same_matches(index, oracle, messages) -> None:
     for m, g, w in zip(messages, got, want, strict=True):
         assert len(g) == len(set(g)), f"{m.id}: duplicate deliveries {g}"
         assert sorted(g) == sorted(w), f"{m.id}: index {sorted(g)} != oracle {sorted(w)} for {m}"
+
+
+class Mirror:
+    """What a client sees (updates applied in order) next to the oracle's state."""
+
+    def __init__(self) -> None:
+        self.subs: dict[str, Subscription] = {}
+        self.live: dict[str, tuple[Message, float]] = {}  # id -> (message, expiry)
+        self.held: dict[str, set[str]] = {}
+
+    def apply(self, updates) -> None:
+        for sid, sign, mid in updates:
+            held = self.held.setdefault(sid, set())
+            if sign == "+":
+                assert mid not in held, f"+{mid} for {sid}, which already holds it"
+                held.add(mid)
+            else:
+                assert mid in held, f"-{mid} for {sid}, which does not hold it"
+                held.remove(mid)
+
+    def expire(self, now: float) -> None:
+        self.live = {k: v for k, v in self.live.items() if now < v[1]}
+
+    def expected(self) -> dict[str, set[str]]:
+        return {
+            sid: {mid for mid, (m, _) in self.live.items() if subscription_matches(s, m)}
+            for sid, s in self.subs.items()
+        }
+
+    def assert_exact(self) -> None:
+        want = self.expected()
+        for sid in set(want) | set(self.held):
+            got = self.held.get(sid, set()) if sid in self.subs else set()
+            assert got == want.get(sid, set()), (
+                f"{sid}: client {sorted(got)} != {sorted(want.get(sid, set()))}"
+            )
+
+
+def as_moving(sub: Subscription, moving: bool = True) -> Subscription:
+    return Subscription(sub.id, sub.clauses, sub.region, moving=moving)
+
+
+def canonical(updates):
+    """The updates of one call in a shape-independent order: sorted by (subscription, message),
+    stably, so the order of the updates of one pair (e.g. -m then +m) is kept."""
+    return sorted(updates, key=lambda u: (u[0], u[2]))
+
+
+def random_point(rng: random.Random) -> Point:
+    return Point(rng.uniform(-30, 30), rng.uniform(-30, 30))
+
+
+def random_ops(rng: random.Random, ids: list[str], n_ops: int, t0: float, start: int):
+    """A list of (kind, payload, now) operations over subscription ids ``ids`` (all moving)."""
+    ops = []
+    now = t0
+    n = start
+    for _ in range(n_ops):
+        now += rng.choice([0.0, 0.25, 1.0, 3.0])
+        r = rng.random()
+        if r < 0.35:
+            msgs = []
+            for _ in range(rng.randint(1, 8)):
+                m = random_message(rng, f"n{n}")
+                n += 1
+                msgs.append(Message(m.id, m.terms, m.location, rng.choice([None, 0.7, 2.0, 6.5])))
+            ops.append(("publish", msgs, now))
+        elif r < 0.7:
+            ops.append(("move", [(rng.choice(ids), random_point(rng)) for _ in range(4)], now))
+        elif r < 0.8:
+            sid = rng.choice(ids)
+            ops.append(("subscribe", [as_moving(random_subscription(rng, sid))], now))
+        elif r < 0.85:
+            ops.append(("detach", [rng.choice(ids)], now))
+        else:
+            ops.append(("advance", None, now))
+    return ops
+
+
+def apply_op(state, op) -> list:
+    kind, payload, now = op
+    if kind == "publish":
+        return state.publish_batch(payload, now)
+    if kind == "move":
+        live = [sid for sid, _ in payload if state.has([sid])[0]]
+        return state.move_batch([(sid, p) for sid, p in payload if sid in live], now)
+    if kind == "subscribe":
+        return state.subscribe_batch(payload, now)
+    if kind == "detach":
+        return state.detach_batch(payload, now)
+    return state.advance(now)

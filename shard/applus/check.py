@@ -29,7 +29,7 @@ def check_mlists(tree: APPlusTree) -> None:
     * completeness: every live message whose traversal of the current tree reaches a leaf is on
       the m-list of that leaf or of one of its ancestors.
     """
-    tree._sync()  # the m-list rows follow the node array lazily
+    tree.sync()  # the m-list rows follow the node array lazily
     T = tree._tree
     ML, MP, MC = tree._mt
     NI = T[T_NI]
@@ -62,7 +62,7 @@ def check_mlists(tree: APPlusTree) -> None:
     live = np.flatnonzero(msgs.alive[: msgs.n_slots])
     if not live.size:
         return
-    tree._sync()
+    tree.sync()
     off, terms, kind, geom = msgs.encoded(live)
     _, _, tree._stamp, _, tr_m, tr_n, _ = traverse_kernel(
         T,

@@ -53,9 +53,7 @@ from shard.aptree.match import pack_terms, traverse_kernel
 from shard.aptree.tree import APTree, EncodedMessages
 from shard.errors import ValidationError
 from shard.geometry import KIND_CIRCLE, location_bbox
-from shard.model import Circle, Message, Point, Rect, Subscription
-
-Update = tuple[str, str, str]
+from shard.model import Circle, Message, Point, Rect, Subscription, Update
 
 DEFAULT_DUP_LIMIT = 64
 """Leaves a message may be stored in before it stays at an ancestor level (Sect. 4.2.4)."""
@@ -100,7 +98,7 @@ class APPlusTree(APTree):
         self._dts = 0
 
     # ---- bookkeeping ----------------------------------------------------------------------
-    def _sync(self) -> None:
+    def sync(self) -> None:
         """Grow the per-node, per-message and per-term side arrays to the current sizes."""
         n = self._tree[T_NI].shape[0]
         self._mt = ensure_rows(self._mt, n)
@@ -124,7 +122,7 @@ class APPlusTree(APTree):
     def _reinsert(self, slots: np.ndarray, start: int) -> None:
         """Run the traversal of each message from ``start`` and hang it on the nodes it reaches."""
         if slots.size:
-            self._sync()
+            self.sync()
             self._traverse(*self.msgs.encoded(slots), start, slots, True)
 
     def _traverse(self, off, terms, kind, geom, start, slot_of_q, store):
@@ -177,7 +175,7 @@ class APPlusTree(APTree):
                 p = int(NI[p, F_PARENT])
             if p < 0:
                 tops.append(u)
-        self._sync()
+        self.sync()
         # no message ever stored: no list to gather (5 of a one-subscribe round's ~58 us)
         carried = [
             (u, gather_subtrees(self._tree, self._mt, np.array([u], np.int64), self.msgs.alive))
@@ -230,7 +228,7 @@ class APPlusTree(APTree):
 
     def purge(self) -> None:
         """Lazy deletion: drop expired messages' entries from every list, recycle their slots."""
-        self._sync()
+        self.sync()
         self._mt = purge(self._tree, self._mt, self.msgs.alive, int(self._tree[T_CNT][C_NODES]))
         self.msgs.release_dead()
         self._last_purge = self.now
@@ -310,7 +308,7 @@ class APPlusTree(APTree):
             slot_of_q[keep] = self.msgs.add_batch(
                 kept, k_off, k_terms.astype(np.int32), kind[keep], geom[keep], expiry
             )
-        self._sync()
+        self.sync()
         out_m, out_s = self._traverse(
             off, terms, kind, geom, int(self._tree[T_CNT][C_ROOT]), slot_of_q, any(stored)
         )
@@ -322,7 +320,7 @@ class APPlusTree(APTree):
         return subscription_form(self.store, slot)
 
     def _diff(self, leaves: np.ndarray, old, new) -> list[tuple[int, int]]:
-        self._sync()
+        self.sync()
         self._dstamp += 1
         no = (np.zeros(1, np.int64), np.zeros(0, np.int32), 0, np.zeros(4), np.zeros(3))
         o = old if old is not None else no
@@ -346,12 +344,12 @@ class APPlusTree(APTree):
 
     def _place(self, slot_clauses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Insert clauses, fill leaves they created from the parking lists. (todo, leaves)."""
-        self._sync()
+        self.sync()
         T, todo, touched, created = insert_clauses(
             self._tree, self.store.columns(), self._params, slot_clauses
         )
         self._tree = T
-        self._sync()
+        self.sync()
         if created.size:
             self._mt = repair_created(self._tree, self._mt, self.msgs.columns(), created)
         return todo, touched
@@ -411,12 +409,12 @@ class APPlusTree(APTree):
         st = self.store
         slots, clauses, off = st.add_many(subs)
         st.last_t[slots] = self.now
-        self._sync()
+        self.sync()
         T, todo, reached, reached_off, created = insert_clause_groups(
             self._tree, st.columns(), self._params, clauses, off
         )
         self._tree = T
-        self._sync()
+        self.sync()
         if created.size:
             self._mt = repair_created(self._tree, self._mt, self.msgs.columns(), created)
         updates: list[Update] = []
@@ -453,7 +451,7 @@ class APPlusTree(APTree):
         if not len(moves):
             return updates
         self._note_motion(slots, px, py)
-        self._sync()
+        self.sync()
         T, self._mt, self._nstamp, q, xs, gs, todo, self._dstamp, self._dts = move_batch_kernel(
             self._tree,
             st.columns(),
