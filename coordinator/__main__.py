@@ -15,8 +15,8 @@ import sys
 import time
 
 from shard.errors import GeoPubSubError
-from shard.heap import FULL_CHECK_EVERY_S, GcPauses, collect_if_grown, young_collections_only
-from shard.runtime import hand_over_promptly
+from shard.host.heap import FULL_CHECK_EVERY_S, GcPauses, collect_if_grown, young_collections_only
+from shard.host.runtime import hand_over_promptly
 
 log = logging.getLogger("coordinator")
 
@@ -44,7 +44,7 @@ async def serve(settings) -> None:
 
     from coordinator.server import create_server, stop_server
     from coordinator.shards import RayShard
-    from shard.actor import make_shard_actor
+    from shard.host.actor import make_shard_actor
 
     if settings.ray_address:
         ray.init(address=settings.ray_address, include_dashboard=False, log_to_driver=False)
@@ -61,7 +61,7 @@ async def serve(settings) -> None:
     server, port, app = await create_server(settings, factory)
     # the loaded subscriptions are frozen out of collections by every (re)load; what comes
     # later (moved subscriptions, live messages) is collected in full only once it has grown
-    # (shard.heap)
+    # (shard.host.heap)
     young_collections_only()
     full_collections = asyncio.get_running_loop().create_task(_collect_everything())
     hand_over_promptly()  # gRPC's and Ray's threads wake the loop without waiting 5 ms for the GIL
@@ -87,7 +87,7 @@ async def serve(settings) -> None:
 
 async def _collect_everything() -> None:
     """Every ``FULL_CHECK_EVERY_S``, a full collection of what was created since the last
-    freeze if that has grown (``shard.heap.collect_if_grown``), its survivors frozen too."""
+    freeze if that has grown (``shard.host.heap.collect_if_grown``), its survivors frozen too."""
     while True:
         await asyncio.sleep(FULL_CHECK_EVERY_S)
         t0 = time.perf_counter()

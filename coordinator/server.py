@@ -43,7 +43,7 @@ from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.applus.tree import recentre
 from shard.errors import NotFoundError, UnavailableError, ValidationError
 from shard.geometry import region_bbox
-from shard.heap import freeze_long_lived, loading
+from shard.host.heap import freeze_long_lived, loading
 from shard.limits import MAX_MOVE_BATCH, MAX_PUBLISH_BATCH
 from shard.model import Message, Point, Subscription, validate_id
 from shard.partition_map import DEFAULT_SAMPLE, PartitionMap, bbox_centre
@@ -135,7 +135,7 @@ class Coordinator:
     async def _load(self, shards: list[ShardHandle], live=(), positions=None, owed=None) -> int:
         """Read the subscriptions, the ephemeral set and the partition map from Redis, bulk-load
         every shard and start a fresh engine over ``shards``. Returns the subscriptions."""
-        with loading():  # (no garbage collection until its end: shard.heap)
+        with loading():  # (no garbage collection until its end: shard.host.heap)
             return await self._load_all(shards, live, positions, owed or {})
 
     async def _load_all(self, shards: list[ShardHandle], live, positions, owed) -> int:
@@ -214,7 +214,7 @@ class Coordinator:
         )
         await self.deliveries.extend_leases()
         del subs, per
-        freeze_long_lived()  # 1M subscriptions out of every later collection (shard.heap)
+        freeze_long_lived()  # 1M subscriptions out of every later collection (shard.host.heap)
         for k, result in enumerate(loaded):  # served without it until a reload succeeds
             if isinstance(result, Exception):
                 recovery.uncounted.add(k)

@@ -78,7 +78,7 @@ class Settings:
     subscriptions. Past them Ray gives the actor up and the coordinator makes a new one."""
     shard_calls: str = "channel"
     """How rounds reach the shard actors: "channel", over each actor's direct connection
-    (``shard.channel``), or "ray", one Ray call per round and shard (~1 ms of CPU each)."""
+    (``shard.host.channel``), or "ray", one Ray call per round and shard (~1 ms of CPU each)."""
     deadline_s: float = 10.0
     """Longest the coordinator waits for a shard or Redis before answering UNAVAILABLE: every
     Redis command is bounded by it (socket timeouts), every shard call by half of it (the rest

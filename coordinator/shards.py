@@ -14,8 +14,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from shard.channel import Channel
 from shard.errors import GeoPubSubError, ShardDeadError, UnavailableError
+from shard.host.channel import Channel
 from shard.model import Subscription, subscriptions_to_rows
 from shard.ops import apply_ops
 from shard.state import ShardState
@@ -56,8 +56,8 @@ class LocalShard:
 
 
 class RayShard:
-    """A shard actor (``shard.actor.make_shard_actor``). Rounds (``apply``) go over the actor's
-    direct channel (``shard.channel``; ``channel=False``: one Ray task each), everything else is
+    """A shard actor (``shard.host.actor.make_shard_actor``). Rounds (``apply``) go over the actor's
+    direct channel (``shard.host.channel``; ``channel=False``: one Ray task each), everything else is
     a Ray call. The channel is opened on the first round and again after it broke (the actor
     restarted, say): the round that finds it broken fails with ``UnavailableError`` like a
     failed Ray call, and the engine rebuilds the shard. If the actor answers but its port
@@ -69,7 +69,7 @@ class RayShard:
     more): a stopped or hung actor makes it raise ``UnavailableError``
     instead of blocking the round. A round that times out on the channel drops the connection
     (the rounds behind it fail at once); a load drops it too, because the actor fences the
-    connections opened before a load (``shard.channel``), and the next round opens a new one.
+    connections opened before a load (``shard.host.channel``), and the next round opens a new one.
     Calls are made on the actor in the order they are made here, whichever the path."""
 
     def __init__(
@@ -135,7 +135,7 @@ class RayShard:
                 await channel.close()
 
     async def load(self, subs: Sequence[Subscription], now: float, tags: Sequence[int]) -> int:
-        # the actor fences the open connection when it loads (``shard.channel``): rounds after
+        # the actor fences the open connection when it loads (``shard.host.channel``): rounds after
         # the load go over a new one
         await self._drop_channel()
         # as tuples: pickling 500k dataclasses took ~8 s of the coordinator's start, tuples ~2 s

@@ -229,8 +229,8 @@ def _report_bad(args, errors: list[str]) -> None:
 
 def warm_up() -> None:
     """Compile (or load from numba's cache) every kernel before anything is timed."""
+    from shard.host.warmup import workload
     from shard.model import Point, Rect
-    from shard.warmup import workload
 
     subs, _ = workload(moving=False)
     t = APTree.build(subs, theta_p=8, fanout=16)
@@ -246,9 +246,9 @@ def warm_up() -> None:
 
 def warm_up_moving() -> None:
     """Compile (or load) the AP+-Tree's and the grid baseline's kernels before timing."""
+    from shard.host.warmup import warm_up_shard, workload
     from shard.model import Point, Rect
     from shard.naive_moving import NaiveMoving
-    from shard.warmup import warm_up_shard, workload
 
     warm_up_shard()
     subs, msgs = workload()

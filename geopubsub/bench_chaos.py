@@ -1379,7 +1379,7 @@ def run(args) -> int:
     from deploy import local
     from deploy.local import sigterm_as_interrupt
     from geopubsub.demo import Progress
-    from shard.heap import freeze_long_lived
+    from shard.host.heap import freeze_long_lived
 
     _validate(args)
     progress = Progress(sys.stderr)

@@ -417,8 +417,8 @@ def _expected(hits: Sequence[int], indices: Sequence[tuple[int, int]]) -> int:
 def run(args) -> int:
     from deploy.local import sigterm_as_interrupt
     from geopubsub.register import DEFAULT_IN_FLIGHT, register_subscriptions
-    from shard.heap import freeze_long_lived
-    from shard.runtime import hand_over_promptly
+    from shard.host.heap import freeze_long_lived
+    from shard.host.runtime import hand_over_promptly
     from shard.workload import read_messages, read_subscriptions
 
     _validate(args)
@@ -429,7 +429,7 @@ def run(args) -> int:
     # this process is a client: keep the workload (1M objects) out of its collections, or its
     # own pauses (measured ~0.5 s) would count as publish->delivery latency
     freeze_long_lived()
-    hand_over_promptly()  # read deliveries as they come, not after a 5 ms GIL wait (shard.runtime)
+    hand_over_promptly()  # read deliveries as they come, not after a 5 ms GIL wait (shard.host.runtime)
     moving = [s for s in subs if s.moving]
     _log(f"read {len(subs):,} subscriptions ({len(moving):,} moving), {len(msgs):,} messages")
     report: dict[str, Any] = {

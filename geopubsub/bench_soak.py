@@ -491,8 +491,8 @@ def run(args) -> int:
     from deploy import local
     from deploy.local import sigterm_as_interrupt
     from geopubsub.bench_chaos import read_workload, register_workload, say, start_supervised
-    from shard.heap import freeze_long_lived
-    from shard.runtime import hand_over_promptly
+    from shard.host.heap import freeze_long_lived
+    from shard.host.runtime import hand_over_promptly
 
     _validate(args)
     data_dir = Path(args.data_dir)

@@ -249,8 +249,8 @@ def run(args) -> int:
     from deploy.local import sigterm_as_interrupt
     from geopubsub.bench_chaos import say, start_supervised, stopped_at_exit
     from geopubsub.register import bulk_load
-    from shard.heap import freeze_long_lived
-    from shard.runtime import hand_over_promptly
+    from shard.host.heap import freeze_long_lived
+    from shard.host.runtime import hand_over_promptly
     from shard.workload import read_subscriptions
 
     _validate(args)
@@ -270,7 +270,7 @@ def run(args) -> int:
     # this process is a client: keep the workload out of its collections, or its own pauses
     # (0.1-0.2 s for 100,000 subscriptions) would count as Subscribe latency, as in bench e2e
     freeze_long_lived()
-    hand_over_promptly()  # read answers as they come, not after a 5 ms GIL wait (shard.runtime)
+    hand_over_promptly()  # read answers as they come, not after a 5 ms GIL wait (shard.host.runtime)
     say(f"workload      {len(subs):,} subscriptions ({args.subs}), base {args.base or 'none'}")
     try:
         with sigterm_as_interrupt(), stopped_at_exit(data_dir, say):

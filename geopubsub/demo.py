@@ -43,9 +43,9 @@ from geopubsub.oracle_check import (
 )
 from shard.brute import BruteMatcher
 from shard.errors import ValidationError
-from shard.heap import freeze_long_lived
+from shard.host.heap import freeze_long_lived
+from shard.host.runtime import hand_over_promptly
 from shard.model import Message, Point, Rect, Subscription
-from shard.runtime import hand_over_promptly
 from shard.workload import read_messages, read_subscriptions
 
 if TYPE_CHECKING:  # imported where used: grpc loads only when the demo runs
@@ -761,7 +761,7 @@ def _run(
     subs = list(read_subscriptions(work / "subs.jsonl"))
     msgs = list(read_messages(work / "msgs.jsonl"))
     freeze_long_lived()
-    hand_over_promptly()  # read deliveries as they come, not after a 5 ms GIL wait (shard.runtime)  # the clients' latency must not include this process's collections
+    hand_over_promptly()  # read deliveries as they come, not after a 5 ms GIL wait (shard.host.runtime)  # the clients' latency must not include this process's collections
     if args.register == "load":
         from geopubsub.register import bulk_load
 

@@ -1,6 +1,7 @@
-"""The shard: the index core (AP-Tree, domain model, brute-force oracle) and its Ray actor.
+"""The shard: the index core (AP-Tree, domain model, brute-force oracle) and, in ``shard.host``,
+the process edge that hosts it (its Ray actor, the rounds' connection, process tuning).
 
-Everything under ``shard`` except the actor module is pure: no network, no ray/grpc/pyspark/redis.
+Everything under ``shard`` but ``shard.host`` is pure: no network, no ray/grpc/pyspark/redis.
 The one thing done at import is choosing where numba keeps its compiled kernels (below), without
 importing numba.
 """

@@ -1,7 +1,7 @@
 """``ShardState``: everything one shard holds, as a plain class (no Ray, no gRPC, no I/O).
 
 One shard owns one partition of space and one ``APPlusTree`` over the subscriptions routed to it.
-``shard.actor`` wraps this class in a Ray actor and only delegates; tests drive it directly.
+``shard.host.actor`` wraps this class in a Ray actor and only delegates; tests drive it directly.
 
 Every method takes a batch and the time ``now`` (the coordinator reads the clock, the shard never
 does) and returns the updates ``(subscription id, "+" | "-", message id)`` it caused, the

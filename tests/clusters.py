@@ -98,7 +98,7 @@ class Cluster:
         self.settings = settings
 
     async def __aenter__(self):
-        from shard.actor import make_shard_actor
+        from shard.host.actor import make_shard_actor
 
         self.actors = []
 

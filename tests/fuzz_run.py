@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deploy.redis_local import RedisServer
-from shard.warmup import warm_up_shard
+from shard.host.warmup import warm_up_shard
 from tests import test_fuzz as fuzz
 
 

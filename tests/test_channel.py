@@ -1,4 +1,4 @@
-"""The direct shard channel (``shard.channel``) over real loopback sockets: answers in order,
+"""The direct shard channel (``shard.host.channel``) over real loopback sockets: answers in order,
 a failing call fails alone, a wrong token is refused both ways and never sent, a silent or
 surplus connection is closed, a lost connection fails every waiting call with UNAVAILABLE, a
 fence turns older connections away; and through a real shard actor, rounds over the channel give
@@ -19,9 +19,9 @@ import time
 import msgpack
 import pytest
 
-from shard import channel as channel_mod
-from shard.channel import Channel, ChannelServer, proof
 from shard.errors import UnavailableError
+from shard.host import channel as channel_mod
+from shard.host.channel import Channel, ChannelServer, proof
 
 
 def _echo(payload: bytes, now: float) -> bytes:
@@ -37,7 +37,7 @@ def _unpack(answer: bytes):
 
 
 def _raw_login(address, token: bytes) -> socket.socket:
-    """A hand-made client: the handshake of ``shard.channel``, then the socket."""
+    """A hand-made client: the handshake of ``shard.host.channel``, then the socket."""
     sock = socket.create_connection(address, timeout=10)
     challenge = _recv(sock, channel_mod.NONCE_BYTES)
     ours = secrets.token_bytes(channel_mod.NONCE_BYTES)
@@ -213,7 +213,7 @@ def test_rounds_over_the_channel_equal_rounds_over_ray_and_survive_a_restart(ray
     answers to the same rounds; a restart breaks the channel, the next round opens a new one and
     fails UNAVAILABLE until the shard is loaded again."""
     from coordinator.shards import RayShard
-    from shard.actor import make_shard_actor
+    from shard.host.actor import make_shard_actor
     from shard.model import Message, Point, Rect, Subscription
 
     ray = ray_session
@@ -278,7 +278,7 @@ def test_a_shard_whose_port_cannot_be_reached_gets_ray_calls_and_is_retried(
     costs speed, not rounds: they go as Ray calls, and the channel is tried again later."""
     import coordinator.shards as shards
     from coordinator.shards import RayShard
-    from shard.actor import make_shard_actor
+    from shard.host.actor import make_shard_actor
     from shard.model import Message, Point, Rect, Subscription
 
     ray = ray_session
@@ -322,7 +322,7 @@ class _Payload:
 @pytest.mark.ray
 def test_a_pickle_sent_to_a_shard_actor_is_refused_unrun(ray_session, tmp_path):
     """Whoever holds the token gets no code run: the shard takes ``shard.wire`` rounds only."""
-    from shard.actor import make_shard_actor
+    from shard.host.actor import make_shard_actor
     from shard.model import Message, Point
     from shard.wire import dumps_ops, loads_result
 

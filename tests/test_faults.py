@@ -56,7 +56,7 @@ class Cluster:
         self.actors: dict[int, list] = {}
 
     async def __aenter__(self):
-        from shard.actor import make_shard_actor
+        from shard.host.actor import make_shard_actor
 
         s = self.settings
 

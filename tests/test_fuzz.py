@@ -26,7 +26,7 @@ from coordinator.shards import LocalShard
 from deploy.redis_local import RedisServer
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
-from shard.warmup import warm_up_shard
+from shard.host.warmup import warm_up_shard
 
 DOCUMENTED = {
     grpc.StatusCode.OK,

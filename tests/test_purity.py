@@ -1,5 +1,5 @@
 """The index core and the shard's state load no ray, grpc, pyspark or redis module (checked in a
-fresh interpreter); only ``shard.actor`` may import Ray."""
+fresh interpreter); only ``shard.host.actor`` may import Ray."""
 
 from __future__ import annotations
 

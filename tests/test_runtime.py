@@ -1,5 +1,5 @@
-"""Process-level tuning: GC freezing and pause counting (``shard.heap``), the GIL hand-over
-interval (``shard.runtime``), and answering a finished publish without a turn of the loop."""
+"""Process-level tuning: GC freezing and pause counting (``shard.host.heap``), the GIL hand-over
+interval (``shard.host.runtime``), and answering a finished publish without a turn of the loop."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-import shard.heap
-import shard.runtime
+import shard.host.heap
+import shard.host.runtime
 from coordinator.server import _within
 from shard.errors import UnavailableError
 
@@ -17,7 +17,7 @@ from shard.errors import UnavailableError
 def test_hand_over_promptly_sets_the_interval_and_can_be_undone():
     old = sys.getswitchinterval()
     try:
-        shard.runtime.hand_over_promptly(0.001)
+        shard.host.runtime.hand_over_promptly(0.001)
         assert sys.getswitchinterval() == pytest.approx(0.001)
     finally:
         sys.setswitchinterval(old)

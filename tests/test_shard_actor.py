@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from shard.actor import ShardActor, make_shard_actor
 from shard.errors import NotFoundError, UnavailableError, ValidationError
+from shard.host.actor import ShardActor, make_shard_actor
 from shard.model import Message, Point, Rect, Subscription
 from shard.state import ShardState
 from tests.workloads import apply_op, as_moving, canonical, random_ops, random_subscription
@@ -153,7 +153,7 @@ def test_a_slow_round_is_logged_with_what_it_did(monkeypatch, caplog):
     rebuilt; a quick one is not."""
     import logging
 
-    import shard.actor
+    import shard.host.actor
 
     body = ShardActor(2, {"theta_p": 4})
     subs = [Subscription(f"s{i}", ((f"t{i % 7}",),), Rect(i, 0, i + 1, 1)) for i in range(40)]
@@ -161,10 +161,10 @@ def test_a_slow_round_is_logged_with_what_it_did(monkeypatch, caplog):
     ops = [("sub", s, i) for i, s in enumerate(subs[1:])] + [
         ("pub", Message("m", ("t1",), Point(1.5, 0.5)))
     ]
-    with caplog.at_level(logging.WARNING, logger="shard.actor"):
+    with caplog.at_level(logging.WARNING, logger="shard.host.actor"):
         body.apply([("unsub", "s0")], 1.0)
         assert caplog.records == []
-        monkeypatch.setattr(shard.actor, "SLOW_ROUND_S", 0.0)
+        monkeypatch.setattr(shard.host.actor, "SLOW_ROUND_S", 0.0)
         body.apply(ops, 2.0)
     (rec,) = caplog.records
     text = rec.getMessage()

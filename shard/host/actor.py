@@ -20,14 +20,14 @@ Restart policy (``make_shard_actor``):
 * ``max_concurrency=1``: calls run one at a time, in the order one caller submitted them, which
   the ± update semantics need.
 
-The constructor compiles the index kernels first (``shard.warmup``; ~1 s from numba's cache,
+The constructor compiles the index kernels first (``shard.host.warmup``; ~1 s from numba's cache,
 ~30 s on a fresh checkout), so no client call waits for the compiler.
 
 ``info()`` never raises: it reports the shard id, whether a rebuild is needed, and an
 ``incarnation`` token that changes with every (re)start, so a coordinator can tell a restart.
 
 ``channel()`` opens the direct connection the coordinator sends its rounds over
-(``shard.channel``: a Ray call costs ~1 ms of CPU on the two sides together). Its
+(``shard.host.channel``: a Ray call costs ~1 ms of CPU on the two sides together). Its
 requests run on the channel's thread, so every method that touches the state holds the actor's
 lock: calls from Ray and from the channel never interleave.
 """
@@ -47,13 +47,13 @@ from typing import Any
 
 import ray
 
-from shard.channel import ChannelServer
 from shard.errors import UnavailableError, ValidationError
-from shard.heap import GcPauses, freeze_long_lived
+from shard.host.channel import ChannelServer
+from shard.host.heap import GcPauses, freeze_long_lived
+from shard.host.warmup import warm_up_shard
 from shard.model import Message, Point, Subscription, subscriptions_from_rows
 from shard.ops import apply_ops
 from shard.state import ShardState, Update
-from shard.warmup import warm_up_shard
 from shard.wire import dumps_result, loads_ops
 
 log = logging.getLogger(__name__)
@@ -153,7 +153,7 @@ class ShardActor:
 
     def _fence(self) -> None:
         """A new state: rounds sent over a channel connection opened before it are turned
-        away (``shard.channel``), also when this load fails half-way."""
+        away (``shard.host.channel``), also when this load fails half-way."""
         if self._channel is not None:
             self._channel.fence()
 
@@ -195,7 +195,7 @@ class ShardActor:
 
     @_locked
     def channel(self) -> tuple[str, int, bytes]:
-        """(host, port, token) of the direct connection for rounds (``shard.channel``), opened
+        """(host, port, token) of the direct connection for rounds (``shard.host.channel``), opened
         on the first call on this node's address."""
         if self._channel is None:
             self._channel = ChannelServer(
