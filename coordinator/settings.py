@@ -43,7 +43,8 @@ class Settings:
     """Longest a publish waits for its micro-batch to fill when no round is at the shards (while
     one is, the next round gathers until it is back or ``batch_max`` operations wait)."""
     queue_max: int = 100_000
-    """Pending publishes per shard before Publish answers RESOURCE_EXHAUSTED."""
+    """Operations (publishes, moves, subscribes) waiting for a round, all shards together, past
+    which a new one answers RESOURCE_EXHAUSTED."""
     max_ttl_s: float = 86_400.0
     """Longest ``ttl_s`` a Publish may give (a day); longer is INVALID_ARGUMENT. At most
     ``shard.limits.MAX_TTL_S`` (30 days), the ceiling of every input path."""

@@ -328,7 +328,7 @@ def test_a_pickle_sent_to_a_shard_actor_is_refused_unrun(ray_session, tmp_path):
 
     ray = ray_session
     actor = make_shard_actor(0, {"theta_p": 4})
-    ray.get(actor.load.remote([], 0.0))
+    ray.get(actor.load_rows.remote([], 0.0))
     host, port, token = ray.get(actor.channel.remote())
     marker = tmp_path / "unpickled"
     sock = _raw_login((host, port), token)

@@ -10,9 +10,9 @@ Restart policy (``make_shard_actor``):
   passes ``Settings.shard_max_restarts``, 3; past them it makes a new actor; -1, the default
   here, ``DEFAULT_MAX_RESTARTS``: always), so the coordinator's handle stays valid meanwhile.
   A restart re-runs the constructor: the shard comes
-  up **empty**, and marked so; every data call then raises ``UnavailableError`` until the
-  coordinator rebuilds it with ``load(subs, now)`` (subscriptions from Redis, bulk path) or
-  ``restore(snapshot)``. An empty shard answering publishes would silently deliver nothing.
+  up **empty**, and marked so; every round then raises ``UnavailableError`` until the
+  coordinator rebuilds it with ``load_rows`` (its subscriptions from Redis, bulk path). An
+  empty shard answering publishes would silently deliver nothing.
 * ``max_task_retries=0`` (``DEFAULT_MAX_TASK_RETRIES``): a call in flight when the process dies
   fails (``RayActorError``) instead of being re-run. A retry would run against the empty
   restarted state, or apply a batch twice; the coordinator replays what it needs after the
@@ -47,13 +47,13 @@ from typing import Any
 
 import ray
 
-from shard.errors import UnavailableError, ValidationError
+from shard.errors import UnavailableError
 from shard.host.channel import ChannelServer
 from shard.host.heap import GcPauses, freeze_long_lived
 from shard.host.warmup import warm_up_shard
-from shard.model import Message, Point, Subscription, subscriptions_from_rows
+from shard.model import subscriptions_from_rows
 from shard.ops import apply_ops
-from shard.state import ShardState, Update
+from shard.state import ShardState
 from shard.wire import dumps_result, loads_ops
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ class ShardActor:
     def _live(self) -> ShardState:
         if self._needs_rebuild:
             raise UnavailableError(
-                f"shard {self._shard_id} restarted empty and awaits load or restore"
+                f"shard {self._shard_id} restarted empty and awaits load_rows"
             )
         return self._state
 
@@ -118,34 +118,16 @@ class ShardActor:
         }
 
     @_locked
-    def load(
-        self, subs: Sequence[Subscription], now: float | None, tags: Sequence[int] | None = None
-    ) -> int:
-        """Replace the whole state by a bulk build of ``subs`` at ``now`` (no live messages),
-        with their ``tags``. Idempotent. Returns the number of subscriptions."""
-        self._fence()
-        self._state = ShardState.build(self._shard_id, subs, now, tags=tags, **self._options)
-        self._needs_rebuild = False
-        freeze_long_lived()
-        return len(self._state)
-
     def load_rows(
         self, rows: Sequence[tuple], now: float | None, tags: Sequence[int] | None = None
     ) -> int:
-        """``load`` of subscriptions sent as ``shard.model.subscriptions_to_rows`` (cheaper to
-        pickle than the objects: what the coordinator sends)."""
-        return self.load(subscriptions_from_rows(rows), now, tags)
-
-    @_locked
-    def restore(self, snapshot: bytes) -> int:
-        """Replace the whole state by the one ``snapshot`` describes (it must be this shard's).
-        Idempotent. Returns the number of subscriptions."""
-        state = ShardState.restore(snapshot)
-        if state.shard_id != self._shard_id:
-            raise ValidationError(
-                "snapshot.shard_id", state.shard_id, f"this actor is shard {self._shard_id}"
-            )
+        """Replace the whole state by a bulk build, at ``now`` (no live messages), of the
+        subscriptions sent as ``shard.model.subscriptions_to_rows`` (cheaper to pickle than the
+        objects), with their ``tags``. Idempotent. Returns the number of subscriptions."""
         self._fence()
+        state = ShardState.build(
+            self._shard_id, subscriptions_from_rows(rows), now, tags=tags, **self._options
+        )
         self._state = state
         self._needs_rebuild = False
         freeze_long_lived()
@@ -157,21 +139,12 @@ class ShardActor:
         if self._channel is not None:
             self._channel.fence()
 
-    @_locked
-    def snapshot(self) -> bytes:
-        return self._live().snapshot()
-
     # ---- batches ------------------------------------------------------------------------------
     @_locked
-    def apply(self, ops: Sequence[tuple], now: float) -> tuple[list[Update], list, Any]:
-        """One coordinator round: advance to ``now``, then the operations in order
-        (``shard.ops.apply_ops``)."""
-        return self._timed_round(ops, now)
-
-    @_locked
     def apply_wire(self, ops: bytes, now: float) -> bytes:
-        """``apply`` with the operations and the answer as ``shard.wire`` bytes (msgpack: what
-        the channel carries, and cheaper than the cloudpickle Ray would use for the objects)."""
+        """One coordinator round: advance to ``now``, then the operations in order
+        (``shard.ops.apply_ops``), the operations and the answer as ``shard.wire`` bytes
+        (msgpack: what the channel carries; nothing is unpickled)."""
         return dumps_result(self._timed_round(loads_ops(ops), now))
 
     def _timed_round(self, ops: Sequence[tuple], now: float):
@@ -202,42 +175,6 @@ class ShardActor:
                 ray.util.get_node_ip_address(), self.apply_wire, lock=self._lock
             )
         return (*self._channel.address, self._channel.token)
-
-    @_locked
-    def subscribe_batch(self, subs: Sequence[Subscription], now: float) -> list[Update]:
-        return self._live().subscribe_batch(subs, now)
-
-    @_locked
-    def unsubscribe_batch(self, ids: Sequence[str], now: float) -> list[Update]:
-        return self._live().unsubscribe_batch(ids, now)
-
-    @_locked
-    def detach_batch(self, ids: Sequence[str], now: float) -> list[Update]:
-        return self._live().detach_batch(ids, now)
-
-    @_locked
-    def publish_batch(self, messages: Sequence[Message], now: float) -> list[Update]:
-        return self._live().publish_batch(messages, now)
-
-    @_locked
-    def move_batch(self, moves: Sequence[tuple[str, Point]], now: float) -> list[Update]:
-        return self._live().move_batch(moves, now)
-
-    @_locked
-    def advance(self, now: float) -> list[Update]:
-        return self._live().advance(now)
-
-    @_locked
-    def has(self, ids: Sequence[str]) -> list[bool]:
-        return self._live().has(ids)
-
-    @_locked
-    def subscriptions(self, ids: Sequence[str]) -> list[Subscription | None]:
-        return self._live().subscriptions(ids)
-
-    @_locked
-    def messages(self, ids: Sequence[str]) -> list[Message | None]:
-        return self._live().messages(ids)
 
     @_locked
     def stats(self) -> dict[str, Any]:
