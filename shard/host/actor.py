@@ -98,9 +98,7 @@ class ShardActor:
 
     def _live(self) -> ShardState:
         if self._needs_rebuild:
-            raise UnavailableError(
-                f"shard {self._shard_id} restarted empty and awaits load_rows"
-            )
+            raise UnavailableError(f"shard {self._shard_id} restarted empty and awaits load_rows")
         return self._state
 
     # ---- lifecycle ----------------------------------------------------------------------------
