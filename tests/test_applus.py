@@ -464,6 +464,15 @@ def test_a_dummy_is_promoted_once_it_holds_its_share_before_any_kl_check():
     tree._check()
 
 
+def _assert_matches_like_the_oracle(tree, subs, rng: random.Random, n: int = 40) -> None:
+    """``n`` random messages match in ``tree`` as in the oracle over ``subs``; the tree's
+    invariants hold."""
+    for j in range(n):
+        m = random_message(rng, f"m{j}")
+        assert set(tree.match(m)) == {s.id for s in subs if subscription_matches(s, m)}
+    tree._check()
+
+
 def test_past_the_whole_rebuild_limit_a_root_grown_fourfold_is_rebuilt_with_a_fresh_order(
     monkeypatch,
 ):
@@ -478,12 +487,7 @@ def test_past_the_whole_rebuild_limit_a_root_grown_fourfold_is_rebuilt_with_a_fr
     for k in range(1_200, len(subs), 100):
         tree.subscribe_many(subs[k : k + 100], 1.0)
     assert tree._built_size > 1_500, tree._built_size  # rebuilt whole past the limit
-    brute = {s.id: s for s in subs}
-    for j in range(40):
-        m = random_message(rng, f"m{j}")
-        want = {i for i, s in brute.items() if subscription_matches(s, m)}
-        assert set(tree.match(m)) == want
-    tree._check()
+    _assert_matches_like_the_oracle(tree, subs, rng)
 
 
 def test_a_tree_built_large_enough_is_rebuilt_whole_at_every_doubling(monkeypatch):
@@ -505,9 +509,4 @@ def test_a_tree_built_large_enough_is_rebuilt_whole_at_every_doubling(monkeypatc
     past = [i for i in range(len(sizes) - 1) if sizes[i] >= 2_000]
     assert sizes[1] > 2 * sizes[0] + 100 and len(past) >= 2, sizes
     assert all(2 * sizes[i] <= sizes[i + 1] < 2 * sizes[i] + 100 for i in past), sizes
-    brute = {s.id: s for s in subs}
-    for j in range(40):
-        m = random_message(rng, f"m{j}")
-        want = {i for i, s in brute.items() if subscription_matches(s, m)}
-        assert set(tree.match(m)) == want
-    tree._check()
+    _assert_matches_like_the_oracle(tree, subs, rng)
