@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,37 @@ def test_cpu_seconds_are_read_from_proc():
     sum(i * i for i in range(2_000_000))
     assert cpu_s(os.getpid()) > spent > 0
     assert cpu_s(2**22 + 12345) == 0.0  # no such process
+
+
+def test_cpu_seconds_of_another_process_count_a_few_milliseconds_and_exited_threads():
+    # A shard doing a few milliseconds of work between two readings must not read as idle: the
+    # ticks of /proc/<pid>/stat (10 ms) would often show none of it.
+    code = (
+        "import sys, threading, time\n"
+        "def burn(s):\n"
+        "    t = time.thread_time()\n"
+        "    while time.thread_time() - t < s: pass\n"
+        "sys.stdin.readline(); burn(0.003); print('a', flush=True)\n"
+        "sys.stdin.readline(); th = threading.Thread(target=burn, args=(0.02,)); th.start();"
+        " th.join(); print('b', flush=True)\n"
+        "sys.stdin.readline()\n"
+    )
+    argv = [sys.executable, "-c", code]
+    with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as child:
+        try:
+            time.sleep(0.5)
+            before = cpu_s(child.pid)
+            child.stdin.write("\n")
+            child.stdin.flush()
+            assert child.stdout.readline() == "a\n"
+            after = cpu_s(child.pid)
+            assert 0.003 <= after - before < 0.5
+            child.stdin.write("\n")
+            child.stdin.flush()
+            assert child.stdout.readline() == "b\n"  # the burning thread has exited
+            assert cpu_s(child.pid) - after >= 0.02
+        finally:
+            child.kill()
 
 
 @pytest.mark.e2e
