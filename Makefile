@@ -24,7 +24,7 @@ redis-server:
 
 setup: $(STAMP) redis-server
 
-## make run: the demo (geopubsub/demo.py): a local cluster (private redis-server, local Ray, 2 shards),
+## make run: the demo (geopubsub/tools/demo.py): a local cluster (private redis-server, local Ray, 2 shards),
 ## 200,000 subscriptions (10 % moving) bulk-loaded with the Spark loader, a publisher and moving subscribers
 ## as gRPC clients with a live progress line, then throughput, latency, sample deliveries and the
 ## oracle check of the followed streams; everything started is stopped at the end

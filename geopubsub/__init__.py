@@ -1,1 +1,2 @@
-"""geopubsub command-line tools: workload generator (`gen`) and benchmarks (`bench`)."""
+"""geopubsub: the Python client library (``client``, ``convert``, the generated gRPC code in
+``v1``) and, in ``geopubsub.tools``, the ``geopubsub`` command and the tools built on it."""

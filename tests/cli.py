@@ -10,10 +10,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_geopubsub(*argv: str, env: dict, timeout: float = 60) -> subprocess.CompletedProcess:
-    """``python -m geopubsub.cli ARGV...`` in the repository with ``env``; output captured as
+    """``python -m geopubsub.tools.cli ARGV...`` in the repository with ``env``; output captured as
     text."""
     return subprocess.run(
-        [sys.executable, "-m", "geopubsub.cli", *argv],
+        [sys.executable, "-m", "geopubsub.tools.cli", *argv],
         cwd=ROOT,
         env=env,
         capture_output=True,

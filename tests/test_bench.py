@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from geopubsub.cli import main
-from geopubsub.gen import generate
+from geopubsub.tools.cli import main
+from geopubsub.tools.gen import generate
 from shard.brute import BruteMatcher
 from shard.workload import read_messages, read_subscriptions
 

@@ -18,7 +18,7 @@ import pytest
 
 from deploy import local
 from deploy.processes import alive
-from geopubsub.bench_chaos import (
+from geopubsub.tools.bench_chaos import (
     KINDS,
     LEAD_S,
     TAIL_S,
@@ -28,7 +28,7 @@ from geopubsub.bench_chaos import (
     plan_faults,
     shard_actor_pids,
 )
-from geopubsub.traffic import ResumingStream
+from geopubsub.tools.traffic import ResumingStream
 from geopubsub.v1 import geopubsub_pb2 as pb
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -281,7 +281,8 @@ def test_a_resuming_stream_gives_up_when_it_cannot_connect():
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_bench_chaos_loses_and_repeats_nothing_through_one_fault_of_each_kind(tmp_path):
-    argv = [sys.executable, "-m", "geopubsub.cli", "bench", "chaos", "--data-dir", str(tmp_path)]
+    argv = [sys.executable, "-m", "geopubsub.tools.cli", "bench", "chaos"]
+    argv += ["--data-dir", str(tmp_path)]
     # 80 s: a fault is injected once the one before has recovered (a killed coordinator takes
     # ~12 s, more on a cold numba cache), and one that slips past the traffic's end is skipped
     duration, rate = 80, 100
@@ -294,7 +295,8 @@ def test_bench_chaos_loses_and_repeats_nothing_through_one_fault_of_each_kind(tm
     finally:  # a run cut short leaves its detached cluster behind: stopped here (and failed)
         left = local.read_manifest(tmp_path)
         if left is not None:
-            down = [sys.executable, "-m", "geopubsub.cli", "down", "--data-dir", str(tmp_path)]
+            down = [sys.executable, "-m", "geopubsub.tools.cli", "down"]
+            down += ["--data-dir", str(tmp_path)]
             subprocess.run(down, cwd=ROOT, timeout=120)
     assert proc.stdout.strip(), proc.stderr[-4000:]
     r = json.loads(proc.stdout.strip().splitlines()[-1])

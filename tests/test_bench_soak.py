@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from deploy import local
-from geopubsub.bench_soak import PerMinute, Sample, p99_steady, rss_flat, rss_mb
+from geopubsub.tools.bench_soak import PerMinute, Sample, p99_steady, rss_flat, rss_mb
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,7 +74,8 @@ def test_rss_is_read_from_proc_and_latency_is_grouped_by_minute():
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_bench_soak_samples_every_process_and_stops_its_cluster(tmp_path):
-    argv = [sys.executable, "-m", "geopubsub.cli", "bench", "soak", "--data-dir", str(tmp_path)]
+    argv = [sys.executable, "-m", "geopubsub.tools.cli", "bench", "soak"]
+    argv += ["--data-dir", str(tmp_path)]
     argv += ["--gen-subs", "2000", "--gen-msgs", "500", "--register", "grpc", "--duration", "8"]
     argv += ["--warmup", "3", "--sample-every", "1", "--rate", "200", "--streams", "20"]
     argv += ["--crowd-rate", "20", "--json"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from geopubsub.bench_subscribe import cpu_s
+from geopubsub.tools.bench_subscribe import cpu_s
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,7 +57,7 @@ def test_cpu_seconds_of_another_process_count_a_few_milliseconds_and_exited_thre
 
 @pytest.mark.e2e
 def test_bench_subscribe_registers_removes_and_times_every_call(tmp_path):
-    argv = [sys.executable, "-m", "geopubsub.cli", "bench", "subscribe", "--data-dir"]
+    argv = [sys.executable, "-m", "geopubsub.tools.cli", "bench", "subscribe", "--data-dir"]
     argv += [str(tmp_path / "c"), "--gen-subs", "600", "--batch", "1,50", "--in-flight", "8"]
     argv += ["--rate", "200", "--latency-duration", "1", "--json"]
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)

@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
-from geopubsub import cluster_cli
-from geopubsub.cli import build_parser, main
 from geopubsub.client import GeoPubSubClient
+from geopubsub.tools import cluster_cli
+from geopubsub.tools.cli import build_parser, main
 from tests.fake_coordinator import serve
 
 
@@ -300,7 +300,7 @@ def test_subscribe_follow_prints_deliveries_until_ctrl_c(server, tmp_path):
         [
             sys.executable,
             "-m",
-            "geopubsub.cli",
+            "geopubsub.tools.cli",
             "subscribe",
             "--target",
             target,
@@ -363,7 +363,7 @@ def test_up_detached_status_down_with_the_real_coordinator(tmp_path):
         for k, v in os.environ.items()
         if not k.startswith("GEOPUBSUB_") and k != "RAY_worker_niceness"
     }
-    cli = [sys.executable, "-m", "geopubsub.cli"]
+    cli = [sys.executable, "-m", "geopubsub.tools.cli"]
     where = ["--data-dir", str(tmp_path)]
 
     def geopubsub(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess:

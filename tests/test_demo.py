@@ -19,7 +19,7 @@ from deploy.processes import alive
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMO = [sys.executable, "-m", "geopubsub.cli", "demo", "--subs", "2000", "--msgs", "2000"]
+DEMO = [sys.executable, "-m", "geopubsub.tools.cli", "demo", "--subs", "2000", "--msgs", "2000"]
 
 
 def _json(stdout: str) -> dict:
@@ -83,10 +83,10 @@ def test_demo_interrupted_stops_the_cluster(tmp_path):
 
 
 def test_bench_e2e_reports_the_three_phases_and_equal_matches(tmp_path):
-    from geopubsub.gen import generate
+    from geopubsub.tools.gen import generate
 
     generate(2000, 500, tmp_path, seed=3, moving_share=0.2, region_msg_share=0.1)
-    argv = [sys.executable, "-m", "geopubsub.cli", "bench", "e2e"]
+    argv = [sys.executable, "-m", "geopubsub.tools.cli", "bench", "e2e"]
     argv += ["--subs", str(tmp_path / "subs.jsonl"), "--msgs", str(tmp_path / "msgs.jsonl")]
     argv += ["--data-dir", str(tmp_path / "cluster"), "--duration", "2", "--rate", "300"]
     argv += ["--latency-duration", "2", "--moves-duration", "2", "--live", "200", "--json"]

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from geopubsub.cli import main
-from geopubsub.gen import generate
+from geopubsub.tools.cli import main
+from geopubsub.tools.gen import generate
 from shard.model import message_from_dict, subscription_from_dict
 
 

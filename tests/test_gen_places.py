@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from geopubsub.gen_places import MSG_TERMS, SUB_TERMS, generate_places, load_places
+from geopubsub.tools.gen_places import MSG_TERMS, SUB_TERMS, generate_places, load_places
 from shard.brute import BruteMatcher
 from shard.limits import MAX_TERM_LEN
 from shard.workload import read_messages, read_subscriptions
@@ -57,7 +57,7 @@ def test_messages_reach_subscriptions_about_their_place(places, tmp_path):
 
 def test_the_cli_writes_the_places_workload(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "geopubsub.cli", "gen", "--text", "places", "--subs", "50",
+        [sys.executable, "-m", "geopubsub.tools.cli", "gen", "--text", "places", "--subs", "50",
          "--msgs", "5", "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
@@ -68,7 +68,7 @@ def test_the_cli_writes_the_places_workload(tmp_path):
 
 def test_bad_shares_are_refused_naming_the_flag(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "geopubsub.cli", "gen", "--text", "places", "--subs", "5",
+        [sys.executable, "-m", "geopubsub.tools.cli", "gen", "--text", "places", "--subs", "5",
          "--msgs", "5", "--out", str(tmp_path), "--dnf-share", "2"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from geopubsub.cli import main
-from geopubsub.gen import generate
+from geopubsub.tools.cli import main
+from geopubsub.tools.gen import generate
 from shard.aptree import APTree
 from shard.brute import BruteMatcher
 from shard.invlist import InvertedList

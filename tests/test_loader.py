@@ -283,7 +283,7 @@ def test_the_partition_map_is_balanced_from_a_sample(spark, redis_url, tmp_path,
     """Bound: with s sampled centres, each of P parts owns n/P ± 5 % of the subscriptions (the
     quantile error of a sample of 5,000 is ~0.7 % of n per cut: 5 % is far outside noise)."""
     import loader.job
-    from geopubsub.gen import generate
+    from geopubsub.tools.gen import generate
 
     generate(20000, 1, tmp_path, seed=3)  # clustered, skewed centres
     monkeypatch.setattr(loader.job, "DEFAULT_SAMPLE", 5000)
@@ -361,7 +361,7 @@ def test_the_load_command_finds_the_local_cluster_and_asks_for_a_reload(
 
     from coordinator.settings import Settings
     from deploy.local import CONFIG_FILE, write_settings
-    from geopubsub.cli import main
+    from geopubsub.tools.cli import main
 
     server = grpc.server(__import__("concurrent.futures").futures.ThreadPoolExecutor(1))
     port = server.add_insecure_port("127.0.0.1:0")

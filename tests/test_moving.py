@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from geopubsub.cli import main
+from geopubsub.tools.cli import main
 from shard.errors import ValidationError
 from shard.events import event_from_dict, read_events
 

@@ -1,11 +1,11 @@
-"""The oracle checks of what clients received (``geopubsub.oracle_check``): a correct timeline
+"""The oracle checks of what clients received (``geopubsub.tools.oracle_check``): a correct timeline
 passes, and each kind of wrong delivery, missing delivery or wrong move difference is caught."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from geopubsub.oracle_check import (
+from geopubsub.tools.oracle_check import (
     MoveRecord,
     PublishWindow,
     Received,

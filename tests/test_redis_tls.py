@@ -100,7 +100,7 @@ def test_the_tls_redis_refuses_plaintext_and_a_wrong_ca(tls_redis, tmp_path):
 
 @pytest.mark.slow
 def test_a_secured_cluster_on_a_tls_redis_loads_and_serves(tls_redis, tmp_path):
-    from geopubsub.gen import generate
+    from geopubsub.tools.gen import generate
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("GEOPUBSUB_")}
     where = ["--data-dir", str(tmp_path / "cluster")]

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from geopubsub.cli import main
-from geopubsub.gen import generate
+from geopubsub.tools.cli import main
+from geopubsub.tools.gen import generate
 from shard.workload import read_subscriptions
 from tests.fake_coordinator import serve
 

@@ -136,7 +136,7 @@ def test_a_detached_cluster_survives_kill_9_of_its_coordinator_and_its_redis(tmp
 
     def geopubsub(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "geopubsub.cli", *argv, "--data-dir", str(tmp_path)],
+            [sys.executable, "-m", "geopubsub.tools.cli", *argv, "--data-dir", str(tmp_path)],
             capture_output=True,
             text=True,
             env=env,

@@ -172,7 +172,7 @@ def test_up_with_tls_auto_serves_tls_to_the_cli_and_refuses_plaintext(tmp_path):
 
     def geopubsub(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "geopubsub.cli", *argv, *where],
+            [sys.executable, "-m", "geopubsub.tools.cli", *argv, *where],
             capture_output=True,
             text=True,
             env=env,
@@ -202,7 +202,7 @@ def test_up_with_tls_auto_serves_tls_to_the_cli_and_refuses_plaintext(tmp_path):
         # a client of another data dir gives the CA itself; without it, nothing is served
         other = ["--data-dir", str(tmp_path / "elsewhere"), "--target", target]
         got = subprocess.run(
-            [sys.executable, "-m", "geopubsub.cli", "stats", *other, "--ca", str(ca)],
+            [sys.executable, "-m", "geopubsub.tools.cli", "stats", *other, "--ca", str(ca)],
             capture_output=True,
             text=True,
             env=env,

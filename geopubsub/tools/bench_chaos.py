@@ -416,7 +416,7 @@ class RetryingPublisher:
 
     def index(self, message_id: str) -> int:
         """The index of ``p<j>`` if it was sent, else -1."""
-        from geopubsub.traffic import message_index
+        from geopubsub.tools.traffic import message_index
 
         j = message_index(message_id)
         return j if 0 <= j < self.sent else -1
@@ -554,7 +554,7 @@ async def crowd_loop(
     ``Crowd``, the next seed)."""
     import grpc
 
-    from geopubsub.traffic import Crowd
+    from geopubsub.tools.traffic import Crowd
 
     while not stop.is_set():
         crowd = Crowd(subs, rate=rate, seed=seed + counts.streams)
@@ -867,7 +867,7 @@ class Workload:
 
 def read_workload(args, say: Callable[[str], None]) -> Workload:
     """``--subs`` / ``--msgs``, or a workload generated under ``<data-dir>/workload``."""
-    from geopubsub.gen import generate
+    from geopubsub.tools.gen import generate
     from shard.workload import read_messages, read_subscriptions
 
     if args.subs is None:
@@ -901,13 +901,13 @@ def register_workload(
     and token): Subscribe calls (``grpc``) or the bulk loader into ``cluster`` (``load``, a
     ``deploy.local.LocalCluster``)."""
     if how == "load":
-        from geopubsub.register import bulk_load
+        from geopubsub.tools.register import bulk_load
 
         return bulk_load(w.subs_file, cluster, say)
     import grpc
 
     from geopubsub.client import Endpoint
-    from geopubsub.register import register_subscriptions
+    from geopubsub.tools.register import register_subscriptions
 
     where = Endpoint(target) if isinstance(target, str) else target
     say(f"registration  {len(w.subs):,} Subscribe calls ...")
@@ -963,8 +963,8 @@ async def run_traffic(cluster, w: Workload, args, progress) -> Traffic:
     import grpc
     from grpc_health.v1 import health_pb2_grpc
 
-    from geopubsub.demo import mover_targets, pick_movers, warm_up
-    from geopubsub.traffic import ResumingStream, TrackedMover, busiest, stop_traffic
+    from geopubsub.tools.demo import mover_targets, pick_movers, warm_up
+    from geopubsub.tools.traffic import ResumingStream, TrackedMover, busiest, stop_traffic
     from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 
     target = cluster.target
@@ -1108,7 +1108,7 @@ async def _watch(publisher: RetryingPublisher, streams, injector: Injector, prog
 
 def check(w: Workload, t: Traffic) -> tuple[list[StreamCheck], list[StreamCheck]]:
     """Step 4: every followed stream."""
-    from geopubsub.oracle_check import keyword_match
+    from geopubsub.tools.oracle_check import keyword_match
     from shard.brute import BruteMatcher
 
     pub = t.publisher
@@ -1378,7 +1378,7 @@ def say(text: str) -> None:
 def run(args) -> int:
     from deploy import local
     from deploy.local import sigterm_as_interrupt
-    from geopubsub.demo import Progress
+    from geopubsub.tools.demo import Progress
     from shard.host.heap import freeze_long_lived
 
     _validate(args)

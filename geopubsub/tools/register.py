@@ -183,7 +183,7 @@ def read_file(path: Path, report: RegisterReport) -> Iterable[Subscription]:
 
 # ---- the command ----------------------------------------------------------------------------
 def register(sub: argparse._SubParsersAction) -> None:
-    from geopubsub.cluster_cli import remote_parent
+    from geopubsub.tools.cluster_cli import remote_parent
 
     p = sub.add_parser(
         "register",
@@ -212,7 +212,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from geopubsub.cluster_cli import client_connection
+    from geopubsub.tools.cluster_cli import client_connection
 
     target, tls, token = client_connection(args)
     bad = RegisterReport()

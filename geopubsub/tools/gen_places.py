@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from geopubsub.gen_shapes import check_shapes, dnf_text
+from geopubsub.tools.gen_shapes import check_shapes, dnf_text
 from shard.limits import EARTH_RADIUS_M, MAX_RADIUS_M, MAX_TERM_LEN
 from shard.terms import tokenize
 

@@ -9,7 +9,7 @@ from shard.errors import GeoPubSubError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from geopubsub import bench, cluster_cli, demo, gen, load_cli, register, token_cli
+    from geopubsub.tools import bench, cluster_cli, demo, gen, load_cli, register, token_cli
 
     parser = argparse.ArgumentParser(prog="geopubsub", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)

@@ -25,7 +25,7 @@ import numpy as np
 
 from geopubsub.client import Endpoint
 from geopubsub.convert import to_proto_message
-from geopubsub.oracle_check import MoveRecord, Received
+from geopubsub.tools.oracle_check import MoveRecord, Received
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.applus.tree import recentre

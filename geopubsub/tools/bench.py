@@ -8,14 +8,14 @@
 * ``bench maintain`` the paper's Fig. 17 case: build on a share, insert the rest, compare
                      matching speed with a fresh build.
 * ``bench moving``   replay an event stream through the AP+-Tree or the grid baseline.
-* ``bench e2e``      the cluster through gRPC (``geopubsub.bench_e2e``).
+* ``bench e2e``      the cluster through gRPC (``geopubsub.tools.bench_e2e``).
 * ``bench chaos``    faults injected under traffic (kill -9, SIGSTOP of shards, coordinator,
                      redis-server); every followed stream checked for lost, duplicated and
-                     out-of-order deliveries (``geopubsub.bench_chaos``).
+                     out-of-order deliveries (``geopubsub.tools.bench_chaos``).
 * ``bench soak``     a long run at a fixed rate: the RSS of every process of the cluster and
-                     publish->delivery latency per minute (``geopubsub.bench_soak``).
+                     publish->delivery latency per minute (``geopubsub.tools.bench_soak``).
 * ``bench grpc``     Python gRPC's own ceiling: a no-op PublishStream server
-                     (``geopubsub.bench_grpc``).
+                     (``geopubsub.tools.bench_grpc``).
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     mv.set_defaults(func=run_moving)
 
-    from geopubsub import bench_chaos, bench_e2e, bench_grpc, bench_soak, bench_subscribe
+    from geopubsub.tools import bench_chaos, bench_e2e, bench_grpc, bench_soak, bench_subscribe
 
     bench_e2e.register(kinds)
     bench_chaos.register(kinds)

@@ -63,7 +63,7 @@ class CpuMeter:
     and ``stop()``."""
 
     def __init__(self, data_dir: Path) -> None:
-        from geopubsub.bench_soak import ClusterProcesses
+        from geopubsub.tools.bench_soak import ClusterProcesses
 
         self.processes = ClusterProcesses(data_dir)
         self._at: dict[str, float] = {}
@@ -147,7 +147,7 @@ def _ms(xs: Sequence[float], q: float) -> float:
 
 
 def run_phases(target: str, data_dir: Path, subs: list, args, say: Callable[[str], None]) -> dict:
-    from geopubsub.register import register_subscriptions
+    from geopubsub.tools.register import register_subscriptions
 
     meter = CpuMeter(data_dir)
     rows = []
@@ -237,7 +237,7 @@ def register(kinds: argparse._SubParsersAction) -> None:
 
 
 def _validate(args) -> None:
-    from geopubsub.bench_chaos import check_files
+    from geopubsub.tools.bench_chaos import check_files
     from shard.limits import MAX_SUBSCRIBE_BATCH
 
     for b in args.batch:
@@ -260,8 +260,8 @@ def _validate(args) -> None:
 
 def run(args) -> int:
     from deploy.local import sigterm_as_interrupt
-    from geopubsub.bench_chaos import say, start_supervised, stopped_at_exit
-    from geopubsub.register import bulk_load
+    from geopubsub.tools.bench_chaos import say, start_supervised, stopped_at_exit
+    from geopubsub.tools.register import bulk_load
     from shard.host.heap import freeze_long_lived
     from shard.host.runtime import hand_over_promptly
     from shard.workload import read_subscriptions
@@ -269,7 +269,7 @@ def run(args) -> int:
     _validate(args)
     data_dir = Path(args.data_dir)
     if args.subs is None:
-        from geopubsub.gen import generate
+        from geopubsub.tools.gen import generate
 
         out = data_dir.parent / (data_dir.name + "-workload")
         generate(args.gen_subs, 1, out, seed=args.seed, dnf_share=0.1, circle_share=0.1)
@@ -292,7 +292,7 @@ def run(args) -> int:
             say(f"              SERVING at {cluster.target}")
             base = None
             if args.base is not None:
-                from geopubsub.bench_e2e import _settle
+                from geopubsub.tools.bench_e2e import _settle
 
                 base = bulk_load(args.base, cluster, say)
                 _settle(cluster.redis_url)

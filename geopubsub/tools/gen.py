@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from geopubsub.gen_places import generate_places
-from geopubsub.gen_shapes import check_shapes, dnf_text
+from geopubsub.tools.gen_places import generate_places
+from geopubsub.tools.gen_shapes import check_shapes, dnf_text
 from shard.errors import ValidationError
 from shard.limits import EARTH_RADIUS_M, MAX_RADIUS_M
 
@@ -317,7 +317,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=("synthetic", "places"),
         default="synthetic",
         help="synthetic: the Zipf model below; places: real place names (GeoNames, "
-        "geopubsub/gen_places.py; --vocab, --zipf, --clusters, --msg-terms, --stopwords, "
+        "geopubsub/tools/gen_places.py; --vocab, --zipf, --clusters, --msg-terms, --stopwords, "
         "--space do not apply)",
     )
     p.add_argument("--vocab", type=int, default=200_000)
@@ -391,7 +391,7 @@ def run(args) -> int:
         f"to {summary['dir']} in {dt:.1f} s"
     )
     if args.moving:
-        from geopubsub.gen_moving import write_events
+        from geopubsub.tools.gen_moving import write_events
 
         ev = write_events(
             Path(args.out),

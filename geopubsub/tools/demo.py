@@ -5,14 +5,14 @@
    in ``<work-dir>/cluster``, started empty (a demo cluster an earlier run left is stopped first);
 3. **registration** — the bulk loader (``loader.job`` on Spark ``local[2]``) writes every
    subscription to the cluster's Redis and the coordinator reloads its shards (the ``Reload`` RPC);
-   ``--register grpc`` sends one Subscribe call each instead, many in flight (``geopubsub.register``);
+   ``--register grpc`` sends one Subscribe call each instead, many in flight (``geopubsub.tools.register``);
 4. **traffic** — real gRPC clients at once: a publisher (PublishStream, paced, messages with a
    ttl), tracked moving subscribers (each its own channel: its StreamResults, and UpdateLocation
    towards the messages it wants), a crowd of the other moving subscriptions random-walking over a
    LocationStream, and the result streams of static subscriptions (the latency sample), with a
    live progress line; after the last publish the movers keep moving until every message expired;
 5. **report** — throughput, publish→delivery latency percentiles, sample deliveries, and the oracle
-   check of every followed stream (``geopubsub.oracle_check``);
+   check of every followed stream (``geopubsub.tools.oracle_check``);
 6. everything started is stopped, on error and Ctrl-C too.
 
 Exit code 0; 1 when the oracle check found a violation; 130 on Ctrl-C (or SIGTERM).
@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from geopubsub.oracle_check import (
+from geopubsub.tools.oracle_check import (
     PublishWindow,
     Verdict,
     check_mover,
@@ -49,7 +49,7 @@ from shard.model import Message, Point, Rect, Subscription
 from shard.workload import read_messages, read_subscriptions
 
 if TYPE_CHECKING:  # imported where used: grpc loads only when the demo runs
-    from geopubsub.traffic import Crowd, Latencies, Publisher, ResultStream, TrackedMover
+    from geopubsub.tools.traffic import Crowd, Latencies, Publisher, ResultStream, TrackedMover
 
 WORKLOAD_FILE = "workload.json"
 """The parameters the workload files under ``--work-dir`` were generated with."""
@@ -111,7 +111,7 @@ def workload_params(args: argparse.Namespace) -> dict[str, Any]:
 def ensure_workload(args: argparse.Namespace, work: Path, say: Callable[[str], None]) -> Path:
     """Generate ``subs.jsonl`` / ``msgs.jsonl`` under ``work`` unless they exist with the same
     parameters."""
-    from geopubsub.gen import generate
+    from geopubsub.tools.gen import generate
 
     params = workload_params(args)
     stamp = work / WORKLOAD_FILE
@@ -188,7 +188,7 @@ def make_plan(subs: list[Subscription], msgs: list[Message], args: argparse.Name
     seed. The followed static subscriptions are the busiest of a sample (brute force over a
     sample of messages), so that the latency sample is large; their expected sets are brute force
     over every message."""
-    from geopubsub.traffic import busiest, schedule
+    from geopubsub.tools.traffic import busiest, schedule
 
     n = max(1, round(args.rate * args.duration))
     sched = schedule(msgs, n, ttl=args.ttl)
@@ -271,7 +271,7 @@ class RunResult:
 
 async def run_traffic(target: str, plan: Plan, args: argparse.Namespace, progress: Progress):
     """Steps 4: every client at once; returns what they recorded."""
-    from geopubsub.traffic import (
+    from geopubsub.tools.traffic import (
         Crowd,
         Latencies,
         Publisher,
@@ -379,7 +379,7 @@ WARM_UP_TERM = "zzwarmupzz"
 async def warm_up(stub, msgs: Sequence[Message]) -> None:
     """Publish ``WARM_UP_MESSAGES`` one-shot messages that match nobody (the shards load their
     compiled kernels, the channels connect) before anything is timed."""
-    from geopubsub.traffic import Publisher
+    from geopubsub.tools.traffic import Publisher
 
     blank = [
         replace(m, terms=(WARM_UP_TERM,), keywords=(WARM_UP_TERM,), text=None) for m in msgs[:100]
@@ -389,7 +389,7 @@ async def warm_up(stub, msgs: Sequence[Message]) -> None:
 
 async def _watch(control, publisher, streams, mover_streams, movers, crowd, latency, progress):
     """The live progress line, from the cluster's counters and the clients' own."""
-    from geopubsub.traffic import Latencies, stats
+    from geopubsub.tools.traffic import Latencies, stats
 
     t0 = time.time()
     last_t, last = t0, None
@@ -422,8 +422,8 @@ def check(
     plan: Plan, result: RunResult, args: argparse.Namespace
 ) -> tuple[list[Verdict], list[Verdict]]:
     """Check every followed stream: the static ones exactly, the tracked movers against their
-    moves (``geopubsub.oracle_check``)."""
-    from geopubsub.traffic import message_index
+    moves (``geopubsub.tools.oracle_check``)."""
+    from geopubsub.tools.traffic import message_index
 
     pub = result.publisher
     message_times: dict[str, float] = {}
@@ -471,7 +471,7 @@ def report(
     moving: list[Verdict],
     args: argparse.Namespace,
 ) -> dict:
-    from geopubsub.traffic import Latencies
+    from geopubsub.tools.traffic import Latencies
 
     pub = result.publisher
     publish_s = max(pub.finished - pub.started, 1e-9)
@@ -514,7 +514,7 @@ def report(
 def sample_lines(plan: Plan, result: RunResult) -> list[str]:
     """A stretch of the busiest tracked mover's timeline: its moves and the + / - they and the
     publishes and expiries caused."""
-    from geopubsub.traffic import message_index
+    from geopubsub.tools.traffic import message_index
 
     if not result.movers:
         return []
@@ -730,7 +730,7 @@ def run(args: argparse.Namespace) -> int:
 
 def register_grpc(target: str, subs: list[Subscription], args, progress: Progress) -> dict:
     """Step 3 with one Subscribe call per subscription, many in flight."""
-    from geopubsub.register import DEFAULT_IN_FLIGHT, register_subscriptions
+    from geopubsub.tools.register import DEFAULT_IN_FLIGHT, register_subscriptions
 
     in_flight = args.in_flight or DEFAULT_IN_FLIGHT
 
@@ -763,7 +763,7 @@ def _run(
     freeze_long_lived()
     hand_over_promptly()  # read deliveries as they come, not after a 5 ms GIL wait (shard.host.runtime)  # the clients' latency must not include this process's collections
     if args.register == "load":
-        from geopubsub.register import bulk_load
+        from geopubsub.tools.register import bulk_load
 
         reg = bulk_load(work / "subs.jsonl", cluster, progress.say)
     else:

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from geopubsub.client import add_client_flags, request_reload
-from geopubsub.cluster_cli import client_access
+from geopubsub.tools.cluster_cli import client_access
 from shard.errors import ValidationError
 
 

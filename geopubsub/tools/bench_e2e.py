@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from geopubsub.client import add_client_flags
-from geopubsub.cluster_cli import client_access
+from geopubsub.tools.cluster_cli import client_access
 from shard.errors import ValidationError
 from shard.model import Message, Point, Subscription
 
@@ -118,8 +118,8 @@ def reference(
     batches of ``REFERENCE_BATCH`` (the messages as phase (a) sends them), then ``--live``
     messages with a long ttl and random-walk moves like phase (c)'s. Returns the rates and the hit
     count of each message."""
-    from geopubsub.bench import warm_up, warm_up_moving
-    from geopubsub.traffic import schedule
+    from geopubsub.tools.bench import warm_up, warm_up_moving
+    from geopubsub.tools.traffic import schedule
     from shard.applus import APPlusTree
 
     warm_up()
@@ -210,7 +210,7 @@ async def phases(
     profiler: _Profiler,
 ) -> dict[str, Any]:
     """Phases (a), (b), (c) against the cluster at ``endpoint``."""
-    from geopubsub.traffic import (
+    from geopubsub.tools.traffic import (
         Crowd,
         Latencies,
         Publisher,
@@ -416,7 +416,7 @@ def _expected(hits: Sequence[int], indices: Sequence[tuple[int, int]]) -> int:
 
 def run(args) -> int:
     from deploy.local import sigterm_as_interrupt
-    from geopubsub.register import DEFAULT_IN_FLIGHT, register_subscriptions
+    from geopubsub.tools.register import DEFAULT_IN_FLIGHT, register_subscriptions
     from shard.host.heap import freeze_long_lived
     from shard.host.runtime import hand_over_promptly
     from shard.workload import read_messages, read_subscriptions
@@ -460,7 +460,7 @@ def run(args) -> int:
                 endpoint = Endpoint(cluster.target)
             report["target"] = endpoint.target
             if not args.no_register and args.register == "load":
-                from geopubsub.register import bulk_load
+                from geopubsub.tools.register import bulk_load
 
                 report["registration"] = bulk_load(
                     args.subs, cluster, _log, ephemeral=args.ephemeral

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from geopubsub.client import add_client_flags
-from geopubsub.cluster_cli import client_access
+from geopubsub.tools.cluster_cli import client_access
 from shard.errors import ValidationError
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ class ClusterProcesses:
 
     def now(self) -> dict[str, int]:
         from deploy import local
-        from geopubsub.bench_chaos import shard_actor_pids
+        from geopubsub.tools.bench_chaos import shard_actor_pids
 
         m = local.read_manifest(self.data_dir) or {}
         out = {}
@@ -190,7 +190,7 @@ class PerMinute:
         ]
 
     def table(self) -> list[dict[str, Any]]:
-        from geopubsub.traffic import Latencies
+        from geopubsub.tools.traffic import Latencies
 
         return [
             {"minute": m + 1, **Latencies.summary(self.samples[m])} for m in sorted(self.samples)
@@ -256,9 +256,9 @@ async def _sample_every(
 
 async def run_traffic(endpoint: Endpoint | str, processes: ClusterProcesses, subs, msgs, args, say):
     """Publisher, followed streams, crowd and the sampler at once, for ``--duration`` s."""
-    from geopubsub.bench_chaos import CHANNEL_OPTIONS
-    from geopubsub.demo import warm_up
-    from geopubsub.traffic import (
+    from geopubsub.tools.bench_chaos import CHANNEL_OPTIONS
+    from geopubsub.tools.demo import warm_up
+    from geopubsub.tools.traffic import (
         Crowd,
         Publisher,
         ResultStream,
@@ -482,7 +482,7 @@ def _validate(args) -> None:
         raise ValidationError("--subs", None, "required with --target")
     if (args.subs is None) != (args.msgs is None):
         raise ValidationError("--subs/--msgs", str(args.subs or args.msgs), "give both or neither")
-    from geopubsub.bench_chaos import check_files
+    from geopubsub.tools.bench_chaos import check_files
 
     check_files("--subs/--msgs", (args.subs, args.msgs))
 
@@ -490,7 +490,7 @@ def _validate(args) -> None:
 def run(args) -> int:
     from deploy import local
     from deploy.local import sigterm_as_interrupt
-    from geopubsub.bench_chaos import read_workload, register_workload, say, start_supervised
+    from geopubsub.tools.bench_chaos import read_workload, register_workload, say, start_supervised
     from shard.host.heap import freeze_long_lived
     from shard.host.runtime import hand_over_promptly
 
@@ -523,7 +523,7 @@ def run(args) -> int:
                             w, args.register, say, target=target, cluster=cluster
                         )
                     if args.register == "load":
-                        from geopubsub.bench_e2e import _settle
+                        from geopubsub.tools.bench_e2e import _settle
 
                         _settle(cluster.redis_url)
                 processes = ClusterProcesses(data_dir)
