@@ -14,7 +14,11 @@ import signal
 import sys
 import time
 
+from coordinator.server import create_server, stop_server
+from coordinator.settings import Settings
+from coordinator.shards import RayShard
 from shard.errors import GeoPubSubError
+from shard.host.actor import make_shard_actor
 from shard.host.heap import FULL_CHECK_EVERY_S, GcPauses, collect_if_grown, young_collections_only
 from shard.host.runtime import hand_over_promptly
 
@@ -41,10 +45,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 async def serve(settings) -> None:
     import ray
-
-    from coordinator.server import create_server, stop_server
-    from coordinator.shards import RayShard
-    from shard.host.actor import make_shard_actor
 
     if settings.ray_address:
         ray.init(address=settings.ray_address, include_dashboard=False, log_to_driver=False)
@@ -101,8 +101,6 @@ async def _collect_everything() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from coordinator.settings import Settings
-
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     flags = {k: v for k, v in vars(args).items() if k != "config"}

@@ -25,6 +25,7 @@ from coordinator.dedupe import Dedupe
 from coordinator.deliveries import Deliveries
 from coordinator.engine import Engine, ShardHandle
 from coordinator.handlers import add_service
+from coordinator.health import REDIS_HEALTH, SERVICE, shard_health_name
 from coordinator.metadata import Metadata
 from coordinator.outages import untold_records
 from coordinator.retention import RoundLog
@@ -56,20 +57,9 @@ STREAM_WINDOW = 4096
 """Operations (messages, moves) of one PublishStream / LocationStream in flight before it reads
 more requests (backpressure)."""
 
-SERVICE = pb.DESCRIPTOR.services_by_name["GeoPubSub"].full_name
 HEALTH_CHECK_S = 1.0
-"""How often the coordinator pings Redis and looks at its shards for the health service."""
-REDIS_HEALTH = f"{SERVICE}/redis"
-"""Health service name: NOT_SERVING while Redis does not answer a PING within ``deadline_s``."""
-
-
-def shard_health_name(k: int) -> str:
-    """Health service name of shard ``k``: NOT_SERVING while it is down (being reloaded).
-
-    >>> shard_health_name(1)
-    'geopubsub.v1.GeoPubSub/shard-1'
-    """
-    return f"{SERVICE}/shard-{k}"
+"""How often the coordinator pings Redis and looks at its shards for the health service (its
+names: ``coordinator.health``)."""
 
 
 ShardFactory = Callable[[int], ShardHandle]

@@ -1,4 +1,5 @@
-"""The one-command local cluster behind ``geopubsub up`` / ``down`` / ``status``.
+"""The one-command local cluster behind ``geopubsub up`` / ``down`` / ``status`` (``up`` itself,
+``start`` here and then supervision, is ``deploy.supervise.up``).
 
 ``up`` starts a private redis-server (``deploy.redis_local``; unless ``settings.redis_url`` names a
 Redis), then the coordinator as a child process ``python -m coordinator`` with the resolved
@@ -50,6 +51,7 @@ from urllib.parse import urlsplit
 import grpc
 import redis
 
+from coordinator.health import REDIS_HEALTH, shard_health_name
 from coordinator.settings import ENV_PREFIX, Settings
 from deploy.processes import (
     AdoptedProcess,
@@ -64,13 +66,12 @@ from deploy.tls import certificate_names, default_hosts, local_tls
 from geopubsub.client import GeoPubSubClient, Tls, describe_stats
 from shard.errors import GeoPubSubError, UnavailableError, ValidationError
 from shard.metadata_codec import redacted
+from shard.partition_map import MAX_PARTS
 
 CLUSTER_FILE = "cluster.json"
 CONFIG_FILE = "coordinator.toml"
 COORDINATOR_LOG = "coordinator.log"
 SUPERVISOR_LOG = "supervisor.log"
-SUPERVISOR_READY_S = 30.0
-"""Longest ``up --detach`` waits for the supervisor it started to record itself."""
 SUPERVISOR_STOP_S = 90.0
 """Grace for the supervisor to finish a restart under way when ``down`` stops it (a Redis
 loading its AOF takes up to ``redis_local.STARTUP_TIMEOUT_S``)."""
@@ -520,71 +521,6 @@ def _health(target: str, tls: Tls | None = None, timeout_s: float = 1.0) -> str:
 
 
 # ---- commands -------------------------------------------------------------------------------
-def up(
-    settings: Settings,
-    *,
-    detach: bool,
-    timeout_s: float = READY_TIMEOUT_S,
-    command: Sequence[str] | None = None,
-    out: TextIO | None = None,
-) -> int:
-    """``geopubsub up``: start the cluster; with ``detach`` return once SERVING, else run until
-    Ctrl-C / SIGTERM and stop everything started. Returns the exit code: 0, or 1 when the
-    coordinator or Redis died on its own."""
-    out = out or sys.stdout
-    with sigterm_as_interrupt():
-        cluster = start(settings, timeout_s=timeout_s, command=command)
-        redis_line = (
-            f"redis {redacted(cluster.redis_url)} (pid {cluster.redis.pid}, data {cluster.redis.dir})"
-            if cluster.redis is not None
-            else f"redis {redacted(cluster.redis_url)} (external)"
-        )
-        ray_line = f"ray {settings.ray_address}" if settings.ray_address else "ray local"
-        tls_line = ""
-        if cluster.tls is not None:
-            trust = cluster.tls.ca or "the system's CAs"
-            mutual = ", clients must present a certificate" if settings.tls_client_ca else ""
-            tls_line = f"\n  TLS on{mutual}; clients trust {trust} (give it to them: --ca)"
-        if settings.auth_on:
-            tls_line += (
-                "\n  auth on: every call but health needs a bearer token (make one with: "
-                f"geopubsub token create --role admin --data-dir {settings.data_dir})"
-            )
-        print(
-            f"geopubsub cluster SERVING at {cluster.target}: {settings.shards} shards, {ray_line}\n"
-            f"  coordinator pid {cluster.coordinator.pid}, log {cluster.log_path}\n  {redis_line}"
-            + tls_line,
-            file=out,
-            flush=True,
-        )
-        from deploy.supervise import Supervisor, start_supervisor
-
-        if detach:
-            cluster.write_manifest(detached=True)
-            try:
-                record = start_supervisor(cluster, timeout_s=SUPERVISOR_READY_S)
-            except BaseException:
-                cluster.stop()
-                raise
-            print(
-                f"  supervisor pid {record['pid']}, log {record['log']}\n"
-                "  stop it with: geopubsub down",
-                file=out,
-                flush=True,
-            )
-            return 0
-        print("  Ctrl-C stops it", file=out, flush=True)
-        try:
-            code = Supervisor(cluster, out=out, detached=False).run()
-        except KeyboardInterrupt:
-            code = 0
-            print("\nstopping the cluster ...", file=out, flush=True)
-        finally:
-            cluster.stop()
-    print("geopubsub cluster stopped", file=out, flush=True)
-    return code
-
-
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """Within the block SIGTERM raises KeyboardInterrupt, so that ``kill`` stops the cluster as
@@ -666,11 +602,8 @@ def down(data_dir: str | Path, *, out: TextIO | None = None) -> int:
 
 
 def _parts_health(target: str, tls: Tls | None, timeout_s: float = 2.0) -> str:
-    """The coordinator's health per part (``coordinator.server``: ``…/redis``, ``…/shard-K``)
+    """The coordinator's health per part (``coordinator.health``: ``…/redis``, ``…/shard-K``)
     as ``redis SERVING, shard 0 SERVING, shard 1 NOT_SERVING``; "" if it has none."""
-    from coordinator.server import REDIS_HEALTH, shard_health_name
-    from shard.partition_map import MAX_PARTS
-
     names = [("redis", REDIS_HEALTH)] + [
         (f"shard {k}", shard_health_name(k)) for k in range(MAX_PARTS)
     ]

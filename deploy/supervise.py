@@ -17,12 +17,13 @@ started again when they die (a crash, ``kill -9``, the OOM killer).
   ``cluster.json`` (``geopubsub status`` shows it). A coordinator that exits with 0 or after
   SIGINT / SIGTERM was stopped on purpose and is not restarted.
 
-Who supervises: a foreground ``geopubsub up`` itself (``Supervisor.run`` in its main thread;
-giving up ends the cluster, exit code 1). ``up --detach`` starts ``python -m deploy.supervise
---data-dir DIR`` (``start_supervisor``) in a session of its own; it adopts the processes by pid
-and start time from ``cluster.json``, records its own pid there and logs to ``supervisor.log``;
-``geopubsub down`` stops it (SIGTERM) before anything else. Nobody restarts the supervisor: if it
-is killed, the cluster runs unsupervised (``geopubsub status`` says so).
+Who supervises (``up`` below, ``geopubsub up``: ``deploy.local.start``, then this): a foreground
+``geopubsub up`` itself (``Supervisor.run`` in its main thread; giving up ends the cluster, exit
+code 1). ``up --detach`` starts ``python -m deploy.supervise --data-dir DIR``
+(``start_supervisor``) in a session of its own; it adopts the processes by pid and start time
+from ``cluster.json``, records its own pid there and logs to ``supervisor.log``; ``geopubsub
+down`` stops it (SIGTERM) before anything else. Nobody restarts the supervisor: if it is killed,
+the cluster runs unsupervised (``geopubsub status`` says so).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -44,6 +46,7 @@ from deploy import forks, local
 from deploy.processes import UNKNOWN_EXIT, alive, start_time, stop_session
 from deploy.redis_local import RedisServer
 from shard.errors import GeoPubSubError
+from shard.metadata_codec import redacted
 
 RESTART_PAUSE_S = (0.5, 10.0)
 """First and longest pause before a restart: doubling with each crash within the window, so a
@@ -52,6 +55,8 @@ POLL_S = 0.5
 """How often the supervisor looks at its processes."""
 STOPPED = local._STOPPED
 """Coordinator exit codes of a requested stop (not restarted)."""
+SUPERVISOR_READY_S = 30.0
+"""Longest ``up --detach`` waits for the supervisor it started to record itself."""
 
 
 def _describe_exit(code: int | None) -> str:
@@ -237,6 +242,70 @@ def start_supervisor(cluster: local.LocalCluster, *, timeout_s: float) -> dict:
                 f"the supervisor {why}; {log_path}:\n{local.log_tail(log_path, 20, start=offset)}"
             )
         time.sleep(0.05)
+
+
+# ---- `geopubsub up` ---------------------------------------------------------------------------
+def up(
+    settings: Settings,
+    *,
+    detach: bool,
+    timeout_s: float = local.READY_TIMEOUT_S,
+    command: Sequence[str] | None = None,
+    out: TextIO | None = None,
+) -> int:
+    """``geopubsub up``: start the cluster; with ``detach`` return once SERVING, else run until
+    Ctrl-C / SIGTERM and stop everything started. Returns the exit code: 0, or 1 when the
+    coordinator or Redis died on its own."""
+    out = out or sys.stdout
+    with local.sigterm_as_interrupt():
+        cluster = local.start(settings, timeout_s=timeout_s, command=command)
+        redis_line = (
+            f"redis {redacted(cluster.redis_url)} (pid {cluster.redis.pid}, data {cluster.redis.dir})"
+            if cluster.redis is not None
+            else f"redis {redacted(cluster.redis_url)} (external)"
+        )
+        ray_line = f"ray {settings.ray_address}" if settings.ray_address else "ray local"
+        tls_line = ""
+        if cluster.tls is not None:
+            trust = cluster.tls.ca or "the system's CAs"
+            mutual = ", clients must present a certificate" if settings.tls_client_ca else ""
+            tls_line = f"\n  TLS on{mutual}; clients trust {trust} (give it to them: --ca)"
+        if settings.auth_on:
+            tls_line += (
+                "\n  auth on: every call but health needs a bearer token (make one with: "
+                f"geopubsub token create --role admin --data-dir {settings.data_dir})"
+            )
+        print(
+            f"geopubsub cluster SERVING at {cluster.target}: {settings.shards} shards, {ray_line}\n"
+            f"  coordinator pid {cluster.coordinator.pid}, log {cluster.log_path}\n  {redis_line}"
+            + tls_line,
+            file=out,
+            flush=True,
+        )
+        if detach:
+            cluster.write_manifest(detached=True)
+            try:
+                record = start_supervisor(cluster, timeout_s=SUPERVISOR_READY_S)
+            except BaseException:
+                cluster.stop()
+                raise
+            print(
+                f"  supervisor pid {record['pid']}, log {record['log']}\n"
+                "  stop it with: geopubsub down",
+                file=out,
+                flush=True,
+            )
+            return 0
+        print("  Ctrl-C stops it", file=out, flush=True)
+        try:
+            code = Supervisor(cluster, out=out, detached=False).run()
+        except KeyboardInterrupt:
+            code = 0
+            print("\nstopping the cluster ...", file=out, flush=True)
+        finally:
+            cluster.stop()
+    print("geopubsub cluster stopped", file=out, flush=True)
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from loader.job import spark_session
 from loader.transform import CSV_COLUMNS
 
 JSON_SCHEMA = (
@@ -46,8 +47,6 @@ def convert(spark, src: str, dst: str, fmt: str = "parquet", partitions: int | N
 
 
 def main(argv: list[str] | None = None) -> int:
-    from loader.job import spark_session
-
     p = argparse.ArgumentParser(prog="python -m loader.convert", description=__doc__)
     p.add_argument("src")
     p.add_argument("dst")

@@ -37,6 +37,7 @@ import numpy as np
 if __package__ in (None, ""):  # run as a script (spark-submit loader/job.py): the repo's packages
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from geopubsub.client import add_client_flags, endpoint_from_flags, request_reload  # noqa: E402
 from loader import extract, load, transform  # noqa: E402
 from shard.errors import ValidationError  # noqa: E402
 from shard.partition_map import DEFAULT_SAMPLE, PartitionMap  # noqa: E402
@@ -291,8 +292,6 @@ def spark_conf(pairs: Sequence[str]) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from geopubsub.client import add_client_flags, endpoint_from_flags
-
     p = argparse.ArgumentParser(prog="loader/job.py", description=__doc__.split("\n\n")[0])
     add_arguments(p)
     p.add_argument("--redis-url", required=True)
@@ -319,8 +318,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         spark.stop()
     if endpoint is not None:
-        from geopubsub.client import request_reload
-
         if not request_reload(endpoint):
             print(f"{args.coordinator} has no Reload RPC: restart it to serve the load")
             return 1

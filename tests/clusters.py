@@ -137,13 +137,13 @@ async def settled(engine: Engine, step: float = 0.002, tries: int = 2000) -> Non
 def launch(
     settings: Settings, *, detach: bool, env: dict[str, str] | None = None
 ) -> subprocess.Popen:
-    """``local.up`` in a process of its own, as ``geopubsub up`` runs it."""
+    """``supervise.up`` in a process of its own, as ``geopubsub up`` runs it."""
     code = (
         "import json, sys\n"
         "from coordinator.settings import Settings\n"
-        "from deploy import local\n"
+        "from deploy import supervise\n"
         "settings = Settings(**json.loads(sys.argv[1]))\n"
-        "sys.exit(local.up(settings, detach=sys.argv[2] == 'detach', command=json.loads(sys.argv[3])))\n"
+        "sys.exit(supervise.up(settings, detach=sys.argv[2] == 'detach', command=json.loads(sys.argv[3])))\n"
     )
     argv = [sys.executable, "-c", code, json.dumps(dataclasses.asdict(settings))]
     argv += ["detach" if detach else "foreground", json.dumps(FAKE)]

@@ -4,6 +4,7 @@ value named), settings precedence, the client commands against a real gRPC serve
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -14,7 +15,7 @@ import pytest
 
 from geopubsub.client import GeoPubSubClient
 from geopubsub.tools import cluster_cli
-from geopubsub.tools.cli import build_parser, main
+from geopubsub.tools.cli import COMMANDS, build_parser, main
 from tests.fake_coordinator import serve
 
 
@@ -160,6 +161,33 @@ def test_bad_environment_and_config_values_name_their_source(capsys, tmp_path, m
     code, _, err = run(capsys, "up", "--config", str(config), "--data-dir", str(tmp_path))
     assert code == 2
     assert "batch_size=3: unknown setting" in err
+
+
+def _commands(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+
+
+def test_the_command_table_is_what_the_modules_register():
+    """``cli.COMMANDS`` (what ``geopubsub --help`` lists without importing a command's module)
+    names every command, in order, with the help line its module gives it; given a command,
+    the parser has that command's own arguments."""
+    registered = {c.dest: c.help for c in _commands(build_parser())._choices_actions}
+    assert registered == {name: help_line for name, (_, help_line) in COMMANDS.items()}
+    assert list(registered) == list(COMMANDS)
+    for name in COMMANDS:
+        own = _commands(build_parser([name])).choices[name]
+        assert len(own._actions) > 1, name  # more than -h: the module registered it
+
+
+def test_help_imports_no_command_module():
+    code = (
+        "import sys\n"
+        "from geopubsub.tools import cli\n"
+        "cli.build_parser(['--help'])\n"
+        "print(sorted(m for m in sys.modules if m.startswith('geopubsub.tools.')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['geopubsub.tools.cli']"
 
 
 def test_settings_precedence_file_env_flags(tmp_path, monkeypatch):

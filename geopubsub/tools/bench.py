@@ -30,12 +30,17 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from geopubsub.tools import bench_chaos, bench_e2e, bench_grpc, bench_soak, bench_subscribe
+from geopubsub.tools.bench_warmup import warm_up, warm_up_moving
+from shard.applus import APPlusTree
 from shard.aptree import APTree
 from shard.aptree.tree import KEYWORD_ORDERS
 from shard.brute import BruteMatcher
 from shard.errors import ValidationError
+from shard.events import read_events
 from shard.invlist import InvertedList
 from shard.model import Message, Subscription
+from shard.naive_moving import DEFAULT_CELL_DEG, NaiveMoving
 from shard.workload import read_messages, read_subscriptions
 
 MATCH_BATCH = 1024
@@ -139,8 +144,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     mv.set_defaults(func=run_moving)
 
-    from geopubsub.tools import bench_chaos, bench_e2e, bench_grpc, bench_soak, bench_subscribe
-
     bench_e2e.register(kinds)
     bench_chaos.register(kinds)
     bench_soak.register(kinds)
@@ -225,38 +228,6 @@ def _report_bad(args, errors: list[str]) -> None:
         _log(args, f"  skipped {e}")
     if len(errors) > 10:
         _log(args, f"  ... and {len(errors) - 10} more bad lines")
-
-
-def warm_up() -> None:
-    """Compile (or load from numba's cache) every kernel before anything is timed."""
-    from shard.host.warmup import workload
-    from shard.model import Point, Rect
-
-    subs, _ = workload(moving=False)
-    t = APTree.build(subs, theta_p=8, fanout=16)
-    t.match_batch(
-        [Message("m", ("a", "b1"), Point(0.5, 0.5)), Message("n", ("a",), Rect(0, 0, 3, 3))]
-    )
-    t.subscribe(Subscription("x", (("a",),), Rect(0, 0, 1, 1)))
-    t.unsubscribe("x")
-    InvertedList.from_store(t.store).match_batch(
-        [Message("m", ("a", "b1"), Point(0.5, 0.5)), Message("n", ("a",), Rect(0, 0, 3, 3))]
-    )
-
-
-def warm_up_moving() -> None:
-    """Compile (or load) the AP+-Tree's and the grid baseline's kernels before timing."""
-    from shard.host.warmup import warm_up_shard, workload
-    from shard.model import Point, Rect
-    from shard.naive_moving import NaiveMoving
-
-    warm_up_shard()
-    subs, msgs = workload()
-    naive = NaiveMoving(APTree.build(subs, theta_p=8, fanout=16))
-    naive.publish_batch(msgs, 0.0)
-    naive.move_batch([(f"w{i}", Point(i % 3, 0.5)) for i in range(200)], 1.0)
-    naive.subscribe(Subscription("x", (("a",),), Rect(0, 0, 1, 1), moving=True), 2.0)
-    naive.advance(10.0)
 
 
 def _match_all(index, msgs: list[Message], args) -> tuple[float, list[tuple[str, str]] | int]:
@@ -556,10 +527,7 @@ def run_maintain(args) -> int:
         raise ValidationError("--repeat", args.repeat, "must be >= 1")
     if args.batch < 1 or (args.batch > 1 and args.tree != "applus"):
         raise ValidationError("--batch", args.batch, "must be >= 1 (> 1 with --tree applus)")
-    if args.tree == "applus":
-        from shard.applus import APPlusTree as kind
-    else:
-        kind = APTree
+    kind = APPlusTree if args.tree == "applus" else APTree
     k = max(1, int(len(subs) * args.initial_share))
     t0 = time.perf_counter()
     grown = kind.build(iter(subs[:k]), **_tree_options(args))
@@ -623,10 +591,6 @@ def run_maintain(args) -> int:
 def run_moving(args) -> int:
     """Replay events; publishes and moves of one time are applied in batches of ``--batch``
     (the shard's micro-batches); the updates are the same as one by one."""
-    from shard.applus import APPlusTree
-    from shard.events import read_events
-    from shard.naive_moving import DEFAULT_CELL_DEG, NaiveMoving
-
     errors: list[str] = []
     warm_up()
     warm_up_moving()

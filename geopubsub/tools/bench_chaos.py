@@ -57,15 +57,39 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import grpc
 import numpy as np
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from coordinator.health import REDIS_HEALTH, shard_health_name
+from coordinator.settings import Settings
+from deploy import local, supervise
+from deploy.local import sigterm_as_interrupt
+from deploy.processes import alive, session_members
+from deploy.redis_local import redis_dir
+from geopubsub.client import Endpoint
+from geopubsub.convert import to_proto_message
+from geopubsub.tools.demo import Progress, mover_targets, pick_movers, warm_up
+from geopubsub.tools.gen import generate
+from geopubsub.tools.oracle_check import keyword_match
+from geopubsub.tools.register import bulk_load, register_subscriptions
+from geopubsub.tools.traffic import (
+    Crowd,
+    ResumingStream,
+    TrackedMover,
+    busiest,
+    message_index,
+    stop_traffic,
+)
+from geopubsub.v1 import geopubsub_pb2 as pb
+from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
+from shard.brute import BruteMatcher
 from shard.errors import ValidationError
+from shard.host.heap import freeze_long_lived
 from shard.model import Message, Subscription
-
-if TYPE_CHECKING:
-    from geopubsub.client import Endpoint
+from shard.workload import read_messages, read_subscriptions
 
 DOUBLE = "shard-down-coordinator-kill"
 KINDS = ("shard-kill", "shard-stop", "coordinator-kill", "redis-kill", "redis-stop", DOUBLE)
@@ -352,8 +376,6 @@ async def with_retries(
     """Await ``call()`` until it answers; after a failure with any status but INVALID_ARGUMENT
     (raised), pause and call again, until ``give_up_s`` after the first attempt. Returns the
     answer, None when given up. ``codes`` counts the failures by status name."""
-    import grpc
-
     began = time.monotonic()
     pause = RETRY_PAUSE_S[0]
     while True:
@@ -392,8 +414,6 @@ class RetryingPublisher:
         one_shot_mask: np.ndarray,
         give_up_s: float,
     ) -> None:
-        from geopubsub.convert import to_proto_message
-
         self.protos = {
             flag: [to_proto_message(replace(m, ttl=None if flag else ttl)) for m in messages]
             for flag in (False, True)
@@ -416,8 +436,6 @@ class RetryingPublisher:
 
     def index(self, message_id: str) -> int:
         """The index of ``p<j>`` if it was sent, else -1."""
-        from geopubsub.tools.traffic import message_index
-
         j = message_index(message_id)
         return j if 0 <= j < self.sent else -1
 
@@ -457,10 +475,6 @@ class RetryingPublisher:
         self.finished = time.time()
 
     async def _publish(self, stub, j: int) -> None:
-        import grpc
-
-        from geopubsub.v1 import geopubsub_pb2 as pb
-
         req = pb.PublishRequest()
         req.message.CopyFrom(self.protos[bool(self.one_shot_mask[j])][j % len(self.protos[False])])
         req.message.id = f"p{j}"
@@ -514,8 +528,6 @@ class RetryingMoves:
         self.attempts += 1
 
     async def UpdateLocation(self, request):
-        import grpc
-
         try:
             answer = await with_retries(
                 lambda: self.stub.UpdateLocation(request, timeout=CALL_TIMEOUT_S),
@@ -552,10 +564,6 @@ async def crowd_loop(
     """The moving subscriptions random-walking over LocationStream at ``rate`` moves/s until
     ``stop``, counted in ``counts``; a stream that fails is replaced by a new one (a new
     ``Crowd``, the next seed)."""
-    import grpc
-
-    from geopubsub.tools.traffic import Crowd
-
     while not stop.is_set():
         crowd = Crowd(subs, rate=rate, seed=seed + counts.streams)
         counts.streams += 1
@@ -577,10 +585,6 @@ def start_supervised(data_dir: Path, shards: int, **flags: Any):
     supervisor process) with the settings ``flags``; returns it as ``cluster.json`` describes it
     (a ``deploy.local.LocalCluster``). A cluster an earlier run left in ``data_dir`` is stopped
     and its Redis data removed first."""
-    from coordinator.settings import Settings
-    from deploy import local
-    from deploy.redis_local import redis_dir
-
     if local.read_manifest(data_dir) is not None:
         local.down(data_dir, out=io.StringIO())
     shutil.rmtree(redis_dir(data_dir), ignore_errors=True)
@@ -594,7 +598,7 @@ def start_supervised(data_dir: Path, shards: int, **flags: Any):
             **flags,
         },
     )
-    local.up(settings, detach=True, out=io.StringIO())
+    supervise.up(settings, detach=True, out=io.StringIO())
     data_dir = data_dir.resolve()
     resolved = Settings.load(file=data_dir / local.CONFIG_FILE)
     return local.LocalCluster.from_manifest(local.read_manifest(data_dir), resolved)
@@ -603,8 +607,6 @@ def start_supervised(data_dir: Path, shards: int, **flags: Any):
 def shard_actor_pids(session: int) -> list[int]:
     """The live processes of session ``session`` whose command line starts with
     ``ray::ShardActor``: the shard actors of the local Ray of the coordinator whose pid it is."""
-    from deploy.processes import session_members
-
     out = []
     for pid in session_members(session):
         try:
@@ -618,16 +620,11 @@ def shard_actor_pids(session: int) -> list[int]:
 
 def health_names(shards: int) -> list[str]:
     """Every health service name the coordinator sets: overall, Redis, each shard."""
-    from coordinator.server import REDIS_HEALTH, shard_health_name
-
     return ["", REDIS_HEALTH, *(shard_health_name(k) for k in range(shards))]
 
 
 async def serving(health_stub, names: Sequence[str]) -> bool:
     """Whether the coordinator answers SERVING for every one of ``names``."""
-    import grpc
-    from grpc_health.v1 import health_pb2
-
     for name in names:
         try:
             got = await health_stub.Check(health_pb2.HealthCheckRequest(service=name), timeout=1.0)
@@ -713,8 +710,6 @@ class Injector:
         self.unrecovered = False
 
     def _manifest(self) -> dict:
-        from deploy import local
-
         return local.read_manifest(self.data_dir) or {}
 
     def _shards_now(self) -> list[int]:
@@ -724,8 +719,6 @@ class Injector:
 
     def _process(self, name: str) -> tuple[int, int | None]:
         """The pid and start time ``cluster.json`` records for ``name``, checked alive."""
-        from deploy.processes import alive
-
         proc = self._manifest().get(name) or {}
         pid, started = proc.get("pid"), proc.get("started")
         if not pid or not alive(pid, started=started):
@@ -867,9 +860,6 @@ class Workload:
 
 def read_workload(args, say: Callable[[str], None]) -> Workload:
     """``--subs`` / ``--msgs``, or a workload generated under ``<data-dir>/workload``."""
-    from geopubsub.tools.gen import generate
-    from shard.workload import read_messages, read_subscriptions
-
     if args.subs is None:
         out = Path(args.data_dir) / "workload"
         generate(
@@ -901,13 +891,7 @@ def register_workload(
     and token): Subscribe calls (``grpc``) or the bulk loader into ``cluster`` (``load``, a
     ``deploy.local.LocalCluster``)."""
     if how == "load":
-        from geopubsub.tools.register import bulk_load
-
         return bulk_load(w.subs_file, cluster, say)
-    import grpc
-
-    from geopubsub.client import Endpoint
-    from geopubsub.tools.register import register_subscriptions
 
     where = Endpoint(target) if isinstance(target, str) else target
     say(f"registration  {len(w.subs):,} Subscribe calls ...")
@@ -960,13 +944,6 @@ def _quiet_since(streams) -> float:
 
 async def run_traffic(cluster, w: Workload, args, progress) -> Traffic:
     """Step 3: every client and the faults at once, then the wait for expiry and quiet."""
-    import grpc
-    from grpc_health.v1 import health_pb2_grpc
-
-    from geopubsub.tools.demo import mover_targets, pick_movers, warm_up
-    from geopubsub.tools.traffic import ResumingStream, TrackedMover, busiest, stop_traffic
-    from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
-
     target = cluster.target
     channels: list = []
 
@@ -1108,9 +1085,6 @@ async def _watch(publisher: RetryingPublisher, streams, injector: Injector, prog
 
 def check(w: Workload, t: Traffic) -> tuple[list[StreamCheck], list[StreamCheck]]:
     """Step 4: every followed stream."""
-    from geopubsub.tools.oracle_check import keyword_match
-    from shard.brute import BruteMatcher
-
     pub = t.publisher
     per_file = BruteMatcher(t.followed).match_batch(w.msgs) if t.followed else []
     matching: dict[str, list[int]] = {s.id: [] for s in t.followed}
@@ -1171,8 +1145,6 @@ def check(w: Workload, t: Traffic) -> tuple[list[StreamCheck], list[StreamCheck]
 
 
 def report(cluster, w: Workload, reg: dict, t: Traffic, static, movers, args) -> dict:
-    from deploy import local
-
     pub = t.publisher
     manifest = local.read_manifest(cluster.data_dir) or {}
     inj = t.injector
@@ -1361,8 +1333,6 @@ def check_files(flag: str, paths) -> None:
 def stopped_at_exit(data_dir: Path, say: Callable[[str], None]):
     """Stop the local cluster of ``data_dir`` when the block ends, on error and Ctrl-C too (a
     cluster half started included)."""
-    from deploy import local
-
     try:
         yield
     finally:
@@ -1376,11 +1346,6 @@ def say(text: str) -> None:
 
 
 def run(args) -> int:
-    from deploy import local
-    from deploy.local import sigterm_as_interrupt
-    from geopubsub.tools.demo import Progress
-    from shard.host.heap import freeze_long_lived
-
     _validate(args)
     progress = Progress(sys.stderr)
     data_dir = Path(args.data_dir)

@@ -32,15 +32,39 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from geopubsub.client import add_client_flags
+import numpy as np
+import redis
+
+from coordinator.settings import Settings
+from deploy import local
+from deploy.local import sigterm_as_interrupt
+from deploy.redis_local import redis_dir
+from geopubsub.client import Endpoint, add_client_flags
+from geopubsub.tools.bench_warmup import warm_up, warm_up_moving
 from geopubsub.tools.cluster_cli import client_access
+from geopubsub.tools.register import DEFAULT_IN_FLIGHT, bulk_load, register_subscriptions
+from geopubsub.tools.traffic import (
+    Crowd,
+    Latencies,
+    Publisher,
+    ResultStream,
+    busiest,
+    channel,
+    schedule,
+    stats,
+    stop_traffic,
+    wait_quiet,
+)
+from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
+from shard.applus import APPlusTree
 from shard.errors import ValidationError
+from shard.geometry import region_centre
+from shard.host.heap import freeze_long_lived
+from shard.host.runtime import hand_over_promptly
 from shard.model import Message, Point, Subscription
-
-if TYPE_CHECKING:
-    from geopubsub.client import Endpoint
+from shard.workload import read_messages, read_subscriptions
 
 MAX_RATE = 100_000
 """Messages/s an unpaced publisher of phase (a) is given ids for (it stops at --duration)."""
@@ -118,10 +142,6 @@ def reference(
     batches of ``REFERENCE_BATCH`` (the messages as phase (a) sends them), then ``--live``
     messages with a long ttl and random-walk moves like phase (c)'s. Returns the rates and the hit
     count of each message."""
-    from geopubsub.tools.bench import warm_up, warm_up_moving
-    from geopubsub.tools.traffic import schedule
-    from shard.applus import APPlusTree
-
     warm_up()
     warm_up_moving()
     t0 = time.perf_counter()
@@ -147,10 +167,6 @@ def reference(
         "pairs": pairs,
     }
     if moving:
-        import numpy as np
-
-        from shard.geometry import region_centre
-
         if args.live:  # as phase (c): live messages for the moves to meet
             tree.publish_batch(schedule(msgs, args.live, ttl=LONG_TTL_S, prefix="l"), 0.5)
         rng = np.random.default_rng(args.seed)
@@ -210,19 +226,6 @@ async def phases(
     profiler: _Profiler,
 ) -> dict[str, Any]:
     """Phases (a), (b), (c) against the cluster at ``endpoint``."""
-    from geopubsub.tools.traffic import (
-        Crowd,
-        Latencies,
-        Publisher,
-        ResultStream,
-        busiest,
-        channel,
-        stats,
-        stop_traffic,
-        wait_quiet,
-    )
-    from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
-
     channels = []
 
     def stub():
@@ -415,12 +418,6 @@ def _expected(hits: Sequence[int], indices: Sequence[tuple[int, int]]) -> int:
 
 
 def run(args) -> int:
-    from deploy.local import sigterm_as_interrupt
-    from geopubsub.tools.register import DEFAULT_IN_FLIGHT, register_subscriptions
-    from shard.host.heap import freeze_long_lived
-    from shard.host.runtime import hand_over_promptly
-    from shard.workload import read_messages, read_subscriptions
-
     _validate(args)
     subs = list(read_subscriptions(args.subs))
     msgs = list(read_messages(args.msgs))
@@ -454,14 +451,10 @@ def run(args) -> int:
             if args.target:
                 endpoint = client_access(args, args.target)
             else:
-                from geopubsub.client import Endpoint
-
                 cluster = _start(args)
                 endpoint = Endpoint(cluster.target)
             report["target"] = endpoint.target
             if not args.no_register and args.register == "load":
-                from geopubsub.tools.register import bulk_load
-
                 report["registration"] = bulk_load(
                     args.subs, cluster, _log, ephemeral=args.ephemeral
                 )
@@ -508,8 +501,6 @@ def _settle(redis_url: str, timeout_s: float = 120.0) -> None:
     """Wait until Redis has no append-only-file rewrite running or scheduled: loading 1M
     subscriptions triggers rewrites (a forked child busy for ~10 s), which would otherwise
     overlap the first phase in some runs and not in others."""
-    import redis
-
     r = redis.Redis.from_url(redis_url)
     deadline, quiet_since = time.time() + timeout_s, None
     try:
@@ -528,10 +519,6 @@ def _settle(redis_url: str, timeout_s: float = 120.0) -> None:
 
 
 def _start(args):
-    from coordinator.settings import Settings
-    from deploy import local
-    from deploy.redis_local import redis_dir
-
     data_dir = Path(args.data_dir)
     if local.read_manifest(data_dir) is not None:
         local.down(data_dir, out=io.StringIO())

@@ -18,6 +18,10 @@ import resource
 import sys
 import time
 
+import grpc
+
+from geopubsub.v1 import geopubsub_pb2 as pb
+from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.errors import ValidationError
 from shard.limits import MAX_PUBLISH_BATCH
 
@@ -40,10 +44,6 @@ def _cpu_s() -> float:
 
 def _serve(port_out, done) -> None:
     """The no-op server (a child process): one response per request, as PublishStream's."""
-    import grpc
-
-    from geopubsub.v1 import geopubsub_pb2 as pb
-    from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 
     class NoOp(pb_grpc.GeoPubSubServicer):
         async def PublishStream(self, request_iterator, context):
@@ -73,11 +73,6 @@ def _serve(port_out, done) -> None:
 
 async def _publish(target: str, n: int, batch: int) -> float:
     """Publish ``n`` messages over one stream, ``batch`` per request; returns seconds."""
-    import grpc
-
-    from geopubsub.v1 import geopubsub_pb2 as pb
-    from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
-
     base = pb.Message(
         keywords=["ipad", "discount"], text="hello there", point=pb.Point(lon=13.4, lat=52.5)
     )

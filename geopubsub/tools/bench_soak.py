@@ -33,9 +33,35 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from deploy import local
+from deploy.local import sigterm_as_interrupt
 from geopubsub.client import add_client_flags
+from geopubsub.tools.bench_chaos import (
+    CHANNEL_OPTIONS,
+    check_files,
+    read_workload,
+    register_workload,
+    say,
+    shard_actor_pids,
+    start_supervised,
+)
+from geopubsub.tools.bench_e2e import _settle
 from geopubsub.tools.cluster_cli import client_access
+from geopubsub.tools.demo import warm_up
+from geopubsub.tools.traffic import (
+    Crowd,
+    Latencies,
+    Publisher,
+    ResultStream,
+    busiest,
+    channel,
+    stop_traffic,
+    wait_quiet,
+)
+from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.errors import ValidationError
+from shard.host.heap import freeze_long_lived
+from shard.host.runtime import hand_over_promptly
 
 if TYPE_CHECKING:
     from geopubsub.client import Endpoint
@@ -71,9 +97,6 @@ class ClusterProcesses:
         self._actor_names: dict[int, str] = {}
 
     def now(self) -> dict[str, int]:
-        from deploy import local
-        from geopubsub.tools.bench_chaos import shard_actor_pids
-
         m = local.read_manifest(self.data_dir) or {}
         out = {}
         for role, key in (("coordinator", "coordinator"), ("redis-server", "redis")):
@@ -190,8 +213,6 @@ class PerMinute:
         ]
 
     def table(self) -> list[dict[str, Any]]:
-        from geopubsub.tools.traffic import Latencies
-
         return [
             {"minute": m + 1, **Latencies.summary(self.samples[m])} for m in sorted(self.samples)
         ]
@@ -256,19 +277,6 @@ async def _sample_every(
 
 async def run_traffic(endpoint: Endpoint | str, processes: ClusterProcesses, subs, msgs, args, say):
     """Publisher, followed streams, crowd and the sampler at once, for ``--duration`` s."""
-    from geopubsub.tools.bench_chaos import CHANNEL_OPTIONS
-    from geopubsub.tools.demo import warm_up
-    from geopubsub.tools.traffic import (
-        Crowd,
-        Publisher,
-        ResultStream,
-        busiest,
-        channel,
-        stop_traffic,
-        wait_quiet,
-    )
-    from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
-
     channels: list = []
 
     def stub():
@@ -482,18 +490,11 @@ def _validate(args) -> None:
         raise ValidationError("--subs", None, "required with --target")
     if (args.subs is None) != (args.msgs is None):
         raise ValidationError("--subs/--msgs", str(args.subs or args.msgs), "give both or neither")
-    from geopubsub.tools.bench_chaos import check_files
 
     check_files("--subs/--msgs", (args.subs, args.msgs))
 
 
 def run(args) -> int:
-    from deploy import local
-    from deploy.local import sigterm_as_interrupt
-    from geopubsub.tools.bench_chaos import read_workload, register_workload, say, start_supervised
-    from shard.host.heap import freeze_long_lived
-    from shard.host.runtime import hand_over_promptly
-
     _validate(args)
     data_dir = Path(args.data_dir)
     started = False
@@ -523,8 +524,6 @@ def run(args) -> int:
                             w, args.register, say, target=target, cluster=cluster
                         )
                     if args.register == "load":
-                        from geopubsub.tools.bench_e2e import _settle
-
                         _settle(cluster.redis_url)
                 processes = ClusterProcesses(data_dir)
                 res = asyncio.run(run_traffic(target, processes, w.subs, w.msgs, args, say))

@@ -29,7 +29,23 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import grpc
+
+from deploy.local import sigterm_as_interrupt
+from geopubsub.client import CHANNEL_OPTIONS
+from geopubsub.convert import to_proto_subscription
+from geopubsub.tools.bench_chaos import check_files, say, start_supervised, stopped_at_exit
+from geopubsub.tools.bench_e2e import _settle
+from geopubsub.tools.bench_soak import ClusterProcesses
+from geopubsub.tools.gen import generate
+from geopubsub.tools.register import bulk_load, register_subscriptions
+from geopubsub.v1 import geopubsub_pb2 as pb
+from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.errors import ValidationError
+from shard.host.heap import freeze_long_lived
+from shard.host.runtime import hand_over_promptly
+from shard.limits import MAX_SUBSCRIBE_BATCH
+from shard.workload import read_subscriptions
 
 _CPUCLOCK_SCHED = 2
 """Linux's per-process CPU clock kind that counts scheduled run time (``CPUCLOCK_SCHED``)."""
@@ -63,8 +79,6 @@ class CpuMeter:
     and ``stop()``."""
 
     def __init__(self, data_dir: Path) -> None:
-        from geopubsub.tools.bench_soak import ClusterProcesses
-
         self.processes = ClusterProcesses(data_dir)
         self._at: dict[str, float] = {}
 
@@ -83,12 +97,6 @@ class CpuMeter:
 
 async def unregister(target: str, ids: Sequence[str], *, in_flight: int, batch: int) -> float:
     """Unsubscribe ``ids`` with ``in_flight`` calls pending, ``batch`` ids a call; seconds."""
-    import grpc
-
-    from geopubsub.client import CHANNEL_OPTIONS
-    from geopubsub.v1 import geopubsub_pb2 as pb
-    from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
-
     parts = [list(ids[a : a + batch]) for a in range(0, len(ids), batch)]
     it = iter(parts)
     t0 = time.perf_counter()
@@ -110,13 +118,6 @@ async def unregister(target: str, ids: Sequence[str], *, in_flight: int, batch: 
 async def paced_latency(target: str, subs: Sequence, rate: float, duration_s: float) -> list[float]:
     """Single Subscribe calls at ``rate``/s for ``duration_s`` (each sent at its scheduled time,
     answered or not); the seconds each took."""
-    import grpc
-
-    from geopubsub.client import CHANNEL_OPTIONS
-    from geopubsub.convert import to_proto_subscription
-    from geopubsub.v1 import geopubsub_pb2 as pb
-    from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
-
     n = min(len(subs), int(rate * duration_s))
     requests = [pb.SubscribeRequest(subscription=to_proto_subscription(s)) for s in subs[:n]]
     took: list[float] = []
@@ -147,8 +148,6 @@ def _ms(xs: Sequence[float], q: float) -> float:
 
 
 def run_phases(target: str, data_dir: Path, subs: list, args, say: Callable[[str], None]) -> dict:
-    from geopubsub.tools.register import register_subscriptions
-
     meter = CpuMeter(data_dir)
     rows = []
     for batch in args.batch:
@@ -237,9 +236,6 @@ def register(kinds: argparse._SubParsersAction) -> None:
 
 
 def _validate(args) -> None:
-    from geopubsub.tools.bench_chaos import check_files
-    from shard.limits import MAX_SUBSCRIBE_BATCH
-
     for b in args.batch:
         if not 1 <= b <= MAX_SUBSCRIBE_BATCH:
             raise ValidationError("--batch", b, f"each must be 1-{MAX_SUBSCRIBE_BATCH}")
@@ -259,18 +255,9 @@ def _validate(args) -> None:
 
 
 def run(args) -> int:
-    from deploy.local import sigterm_as_interrupt
-    from geopubsub.tools.bench_chaos import say, start_supervised, stopped_at_exit
-    from geopubsub.tools.register import bulk_load
-    from shard.host.heap import freeze_long_lived
-    from shard.host.runtime import hand_over_promptly
-    from shard.workload import read_subscriptions
-
     _validate(args)
     data_dir = Path(args.data_dir)
     if args.subs is None:
-        from geopubsub.tools.gen import generate
-
         out = data_dir.parent / (data_dir.name + "-workload")
         generate(args.gen_subs, 1, out, seed=args.seed, dnf_share=0.1, circle_share=0.1)
         args.subs = out / "subs.jsonl"
@@ -292,8 +279,6 @@ def run(args) -> int:
             say(f"              SERVING at {cluster.target}")
             base = None
             if args.base is not None:
-                from geopubsub.tools.bench_e2e import _settle
-
                 base = bulk_load(args.base, cluster, say)
                 _settle(cluster.redis_url)
             res = run_phases(cluster.target, data_dir, subs, args, say)

@@ -19,8 +19,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import grpc
+from google.protobuf import json_format
+
 from coordinator.settings import Settings
-from geopubsub.client import add_client_flags
+from deploy import local, supervise
+from deploy.local import manifest_target, manifest_tls
+from geopubsub.client import (
+    DEFAULT_TARGET,
+    Endpoint,
+    GeoPubSubClient,
+    Tls,
+    add_client_flags,
+    describe_stats,
+)
 from shard.errors import GeoPubSubError, ValidationError
 
 SETTING_FLAGS = (
@@ -176,9 +188,6 @@ def load_settings(args: argparse.Namespace) -> Settings:
 
 
 def _target(args: argparse.Namespace, settings: Settings) -> str:
-    from deploy.local import manifest_target
-    from geopubsub.client import DEFAULT_TARGET
-
     return args.target or manifest_target(settings.data_dir) or DEFAULT_TARGET
 
 
@@ -186,9 +195,6 @@ def client_tls(args: argparse.Namespace, settings: Settings, target: str):
     """How a client command reaches ``target``: the ``ca`` / ``client_cert`` / ``client_key``
     given (flags, environment, settings file), else what cluster.json says of the local cluster
     when ``target`` is its address, else plaintext (None)."""
-    from deploy.local import manifest_target, manifest_tls
-    from geopubsub.client import Tls
-
     if settings.ca or settings.client_cert:
         return Tls(settings.ca or None, settings.client_cert or None, settings.client_key or None)
     if target == manifest_target(settings.data_dir):
@@ -209,8 +215,6 @@ def client_access(args: argparse.Namespace, target: str):
     that has no ``remote_parent()`` (the bench and load commands): those flags, else the
     ``GEOPUBSUB_*`` environment and ``--config``, else the local cluster's CA of ``--data-dir``
     when ``target`` is its address."""
-    from geopubsub.client import Endpoint
-
     names = ("ca", "client_cert", "client_key", "token", "data_dir")
     flags = {
         n: (str(v) if v is not None else None) for n in names for v in [getattr(args, n, None)]
@@ -232,8 +236,6 @@ def _reports_errors(
 
     @functools.wraps(run)
     def wrapper(args: argparse.Namespace) -> int:
-        import grpc
-
         try:
             return run(args)
         except ValidationError:
@@ -259,8 +261,6 @@ def _error(text: str) -> None:
 
 
 def _client(args: argparse.Namespace):
-    from geopubsub.client import GeoPubSubClient
-
     args.target_used, tls, token = client_connection(args)
     return GeoPubSubClient(args.target_used, tls=tls, token=token)
 
@@ -268,26 +268,20 @@ def _client(args: argparse.Namespace):
 # ---- local cluster --------------------------------------------------------------------------
 @_reports_errors
 def run_up(args: argparse.Namespace) -> int:
-    from deploy import local
-
     settings = load_settings(args)
     timeout = local.READY_TIMEOUT_S if args.timeout is None else args.timeout
     if not timeout > 0:
         raise ValidationError("timeout", args.timeout, "must be > 0 seconds")
-    return local.up(settings, detach=args.detach, timeout_s=timeout)
+    return supervise.up(settings, detach=args.detach, timeout_s=timeout)
 
 
 @_reports_errors
 def run_down(args: argparse.Namespace) -> int:
-    from deploy import local
-
     return local.down(load_settings(args).data_dir)
 
 
 @_reports_errors
 def run_status(args: argparse.Namespace) -> int:
-    from deploy import local
-
     settings = load_settings(args)
     target = _target(args, settings)
     return local.status(
@@ -357,10 +351,6 @@ def run_move(args: argparse.Namespace) -> int:
 
 @_reports_errors
 def run_stats(args: argparse.Namespace) -> int:
-    from google.protobuf import json_format
-
-    from geopubsub.client import describe_stats
-
     with _client(args) as client:
         stats = client.stats()
     if args.json:

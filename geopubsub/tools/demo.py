@@ -33,23 +33,44 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
+import grpc
+
+from coordinator.settings import Settings
+from deploy import local
+from deploy.local import sigterm_as_interrupt
+from deploy.redis_local import redis_dir
+from geopubsub.tools.gen import generate
 from geopubsub.tools.oracle_check import (
     PublishWindow,
     Verdict,
     check_mover,
     check_static,
 )
+from geopubsub.tools.register import DEFAULT_IN_FLIGHT, bulk_load, register_subscriptions
+from geopubsub.tools.traffic import (
+    Crowd,
+    Latencies,
+    Publisher,
+    ResultStream,
+    TrackedMover,
+    busiest,
+    channel,
+    message_index,
+    schedule,
+    stats,
+    stop_traffic,
+    wait_quiet,
+)
+from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.brute import BruteMatcher
 from shard.errors import ValidationError
+from shard.geometry import location_centre
 from shard.host.heap import freeze_long_lived
 from shard.host.runtime import hand_over_promptly
 from shard.model import Message, Point, Rect, Subscription
 from shard.workload import read_messages, read_subscriptions
-
-if TYPE_CHECKING:  # imported where used: grpc loads only when the demo runs
-    from geopubsub.tools.traffic import Crowd, Latencies, Publisher, ResultStream, TrackedMover
 
 WORKLOAD_FILE = "workload.json"
 """The parameters the workload files under ``--work-dir`` were generated with."""
@@ -111,8 +132,6 @@ def workload_params(args: argparse.Namespace) -> dict[str, Any]:
 def ensure_workload(args: argparse.Namespace, work: Path, say: Callable[[str], None]) -> Path:
     """Generate ``subs.jsonl`` / ``msgs.jsonl`` under ``work`` unless they exist with the same
     parameters."""
-    from geopubsub.tools.gen import generate
-
     params = workload_params(args)
     stamp = work / WORKLOAD_FILE
     have = (work / "subs.jsonl").exists() and (work / "msgs.jsonl").exists()
@@ -145,10 +164,6 @@ def ensure_workload(args: argparse.Namespace, work: Path, say: Callable[[str], N
 def start_cluster(args: argparse.Namespace, data_dir: Path, say: Callable[[str], None]):
     """Start an empty local cluster in ``data_dir`` (a demo cluster an earlier run left behind is
     stopped and its Redis data removed first)."""
-    from coordinator.settings import Settings
-    from deploy import local
-    from deploy.redis_local import redis_dir
-
     if local.read_manifest(data_dir) is not None:
         local.down(data_dir, out=io.StringIO())
     shutil.rmtree(redis_dir(data_dir), ignore_errors=True)
@@ -188,8 +203,6 @@ def make_plan(subs: list[Subscription], msgs: list[Message], args: argparse.Name
     seed. The followed static subscriptions are the busiest of a sample (brute force over a
     sample of messages), so that the latency sample is large; their expected sets are brute force
     over every message."""
-    from geopubsub.tools.traffic import busiest, schedule
-
     n = max(1, round(args.rate * args.duration))
     sched = schedule(msgs, n, ttl=args.ttl)
     moving = [s for s in subs if s.moving]
@@ -234,8 +247,6 @@ def pick_movers(
 def mover_targets(matched: set[int], msgs: Sequence[Message], n: int) -> list[tuple[int, Point]]:
     """``(schedule index, location)`` of the scheduled messages ``0 .. n-1`` (the workload's
     ``msgs`` cycled) whose workload index is in ``matched``, by index: a ``TrackedMover``'s goals."""
-    from shard.geometry import location_centre
-
     order = sorted(matched)
     return [
         (c * len(msgs) + i, Point(*location_centre(msgs[i].location)))
@@ -271,19 +282,6 @@ class RunResult:
 
 async def run_traffic(target: str, plan: Plan, args: argparse.Namespace, progress: Progress):
     """Steps 4: every client at once; returns what they recorded."""
-    from geopubsub.tools.traffic import (
-        Crowd,
-        Latencies,
-        Publisher,
-        ResultStream,
-        TrackedMover,
-        channel,
-        stats,
-        stop_traffic,
-        wait_quiet,
-    )
-    from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
-
     publisher = Publisher(plan.file_messages, len(plan.schedule), ttl=args.ttl, rate=args.rate)
     latency, in_coordinator = Latencies(), Latencies()
 
@@ -379,8 +377,6 @@ WARM_UP_TERM = "zzwarmupzz"
 async def warm_up(stub, msgs: Sequence[Message]) -> None:
     """Publish ``WARM_UP_MESSAGES`` one-shot messages that match nobody (the shards load their
     compiled kernels, the channels connect) before anything is timed."""
-    from geopubsub.tools.traffic import Publisher
-
     blank = [
         replace(m, terms=(WARM_UP_TERM,), keywords=(WARM_UP_TERM,), text=None) for m in msgs[:100]
     ]
@@ -389,8 +385,6 @@ async def warm_up(stub, msgs: Sequence[Message]) -> None:
 
 async def _watch(control, publisher, streams, mover_streams, movers, crowd, latency, progress):
     """The live progress line, from the cluster's counters and the clients' own."""
-    from geopubsub.tools.traffic import Latencies, stats
-
     t0 = time.time()
     last_t, last = t0, None
     while True:
@@ -423,8 +417,6 @@ def check(
 ) -> tuple[list[Verdict], list[Verdict]]:
     """Check every followed stream: the static ones exactly, the tracked movers against their
     moves (``geopubsub.tools.oracle_check``)."""
-    from geopubsub.tools.traffic import message_index
-
     pub = result.publisher
     message_times: dict[str, float] = {}
     for st in [*result.streams, *result.mover_streams]:
@@ -471,8 +463,6 @@ def report(
     moving: list[Verdict],
     args: argparse.Namespace,
 ) -> dict:
-    from geopubsub.tools.traffic import Latencies
-
     pub = result.publisher
     publish_s = max(pub.finished - pub.started, 1e-9)
     run_s = max(result.finished - result.started, 1e-9)
@@ -514,8 +504,6 @@ def report(
 def sample_lines(plan: Plan, result: RunResult) -> list[str]:
     """A stretch of the busiest tracked mover's timeline: its moves and the + / - they and the
     publishes and expiries caused."""
-    from geopubsub.tools.traffic import message_index
-
     if not result.movers:
         return []
     k = max(range(len(result.movers)), key=lambda i: len(result.mover_streams[i].deliveries))
@@ -685,10 +673,6 @@ def _validate(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import grpc
-
-    from deploy.local import sigterm_as_interrupt
-
     _validate(args)
     err = sys.stderr
     progress = Progress(err)
@@ -730,8 +714,6 @@ def run(args: argparse.Namespace) -> int:
 
 def register_grpc(target: str, subs: list[Subscription], args, progress: Progress) -> dict:
     """Step 3 with one Subscribe call per subscription, many in flight."""
-    from geopubsub.tools.register import DEFAULT_IN_FLIGHT, register_subscriptions
-
     in_flight = args.in_flight or DEFAULT_IN_FLIGHT
 
     def registering(r) -> None:
@@ -763,8 +745,6 @@ def _run(
     freeze_long_lived()
     hand_over_promptly()  # read deliveries as they come, not after a 5 ms GIL wait (shard.host.runtime)  # the clients' latency must not include this process's collections
     if args.register == "load":
-        from geopubsub.tools.register import bulk_load
-
         reg = bulk_load(work / "subs.jsonl", cluster, progress.say)
     else:
         reg = register_grpc(target, subs, args, progress)

