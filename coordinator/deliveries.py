@@ -36,11 +36,12 @@ import numpy as np
 
 from coordinator.dedupe import Dedupe
 from coordinator.retention import SREC, RoundLog, encode_round, message_record, to_message
-from coordinator.rounds import ADD, Round
+from coordinator.rounds import Round
 from coordinator.slots import Slots, directory, number
 from geopubsub.convert import to_proto_delivery
 from geopubsub.v1 import geopubsub_pb2 as pb
 from shard.errors import OverloadedError, UnavailableError
+from shard.model import ADD
 
 _log = logging.getLogger(__name__)
 WRITE_QUEUE = 4
@@ -49,7 +50,6 @@ LEASE_STEP = 1024
 """How far an ephemeral subscription's lease is extended past the sequence that needed it."""
 RETRY_S = (0.05, 1.0)
 """Back-off between attempts to write a round while Redis fails (first, most)."""
-_SIGN = ("+", "-")
 _EXPIRY = struct.Struct("<d")
 _POINT = struct.Struct("<dd")
 
@@ -248,7 +248,7 @@ class Deliveries:
                         m = msgs[k] = pb.Message.FromString(rnd.payloads[mids[k]])
                     else:
                         m = pb.Message(id=mids[k])
-                x = built[i] = to_proto_delivery(sid, int(seqs[i]), _SIGN[kind], m, time=now)
+                x = built[i] = to_proto_delivery(sid, int(seqs[i]), kind, m, time=now)
             return x
 
         answers = []
@@ -528,7 +528,7 @@ class Deliveries:
                         if e.sequence > last + 1:
                             yield self._gap(sub_id, last + 1, e.sequence - 1)
                         yield to_proto_delivery(
-                            sub_id, e.sequence, _SIGN[e.kind], to_message(e), time=e.time
+                            sub_id, e.sequence, e.kind, to_message(e), time=e.time
                         )
                         last = e.sequence
                     if last < mark:

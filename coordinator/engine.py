@@ -12,17 +12,10 @@ publisher) is it sent before the earlier one is back, up to ``ROUNDS_IN_FLIGHT``
 costs CPU on both sides: ~1 ms as a Ray call, much less over the shard channel) and a heavy one
 keeps the shards busy.
 
-Routing (``shard.partition_map``): a point message goes to the shard owning the point, a region
-message to every shard its box meets; a subscription lives on every shard its region's box
-meets. A move goes to the shards of the old and the new region: ``move`` where it stays,
-``sub`` where it arrives, ``detach`` (−m for all it held there) where it leaves.
-
-Merging: a message sent to several shards can be reported by each of them for the same
-subscription, so for those messages the engine keeps, per (subscription, message), how many
-shards currently hold the pair; an operation's updates are netted over all shards and a delivery
-is made only when that count crosses zero; an operation's REMOVEs come before its ADDs. A move
-that crosses a shard boundary therefore gives
-exactly the ± difference the in-process AP+-Tree gives.
+Routing is ``coordinator.routing`` (which shards each operation goes to), the live messages
+``coordinator.live``, and the netting of a message reported by several shards for the same
+subscription ``coordinator.netting``; the round's deliveries go to ``on_round`` (the delivery
+stage, ``coordinator.deliveries``).
 
 Shard faults: a shard whose call fails is *down* until ``coordinator.recovery`` has reloaded it
 to what its subscribers were told; meanwhile its share of each round fails with UNAVAILABLE and
@@ -36,30 +29,32 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
-import heapq
 import logging
 import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
+from coordinator.live import LiveMessages
+from coordinator.netting import expirations, net
+from coordinator.ops import Op, ShardHandle, fail
 from coordinator.outages import Missed
 from coordinator.recovery import Recovery, items_on
 from coordinator.rounds import Round
+from coordinator.routing import Router
 from coordinator.slots import Slots
-from shard.applus.tree import recentre
 from shard.errors import (
     NotFoundError,
     OverloadedError,
     UnavailableError,
     ValidationError,
 )
-from shard.geometry import location_bbox, region_bbox, region_centre
-from shard.model import Message, Point, Subscription, Update
+from shard.geometry import region_centre
+from shard.model import ADD, Message, Point, Subscription
 from shard.partition_map import PartitionMap
 
 log = logging.getLogger(__name__)
@@ -68,54 +63,6 @@ ROUNDS_IN_FLIGHT = 3
 """Rounds sent to the shards and not yet finished; later rounds are routed meanwhile."""
 DEFAULT_TICK_S = 0.25
 """Longest time between rounds while messages are live, so that expirations are delivered."""
-
-
-class ShardHandle(Protocol):
-    """What the engine needs of a shard (a Ray actor in the cluster, a ShardState in tests)."""
-
-    async def apply(self, ops: list[tuple], now: float) -> tuple[list[Update], list, Any]:
-        """``shard.ops.apply_ops``: (expirations, each operation's updates, or for a publish
-        the number of subscriptions it reached, the reached subscriptions' slots)."""
-        ...
-
-    async def load(self, subs: Sequence[Subscription], now: float, tags: Sequence[int]) -> int:
-        """Replace the shard's state by ``subs`` (bulk path) tagged with their slots."""
-        ...
-
-
-@dataclass(slots=True)
-class Op:
-    kind: str  # "pub" | "sub" | "unsub" | "move" | "redo"
-    arg: Any
-    future: asyncio.Future
-    payload: bytes = b""
-    point: Point | None = None
-    replay: bool = False
-    """A live message stored again at start, its deliveries not made again (``replay``)."""
-    expiry: float = 0.0
-    """A replayed message's expiry."""
-    prev: Subscription | None = None
-    """A change's subscription before it (None: new), and where it was placed then."""
-    prev_at: tuple[int, ...] = ()
-    partial: bool = False
-    """A publish that failed on some shards and took effect on others (``Recovery.partial``)."""
-    shard: int = -1
-    """A "redo" operation (``arg``: an item a reloaded shard missed, and the subscription before
-    it): the shard it goes to again, its updates delivered (``coordinator.outages``)."""
-    clears: bytes = b""
-    """A "redo" operation that is its subject's last: the outage record field its round
-    deletes."""
-    skip: frozenset[int] = frozenset()
-    """A replayed message: shards it is not stored in again (they get it as a "redo")."""
-    seq: int = -1
-    """The order the engine routed it in (a "redo" operation: its item's first routing):
-    what a shard missed of a subscription before it was unsubscribed is an old one's
-    (``Recovery.forget``)."""
-
-
-REPLAY_MIN_TTL_S = 1e-3
-"""A replayed message whose expiry has passed is stored this long, so that the next round
-expires it and its holders get their REMOVEs."""
 
 
 @dataclass(slots=True)
@@ -141,16 +88,10 @@ class _Sent:
     share fails, whatever they answer (they are rebuilt to before it; ``coordinator.outages``)."""
 
 
-def _fail(fut: asyncio.Future, err: Exception) -> None:
-    """Fail an operation's future and mark the error seen: its caller may have timed out and
-    gone, and asyncio would log every such future at shutdown."""
-    fut.set_exception(err)
-    fut.exception()
-
-
 class Engine:
-    """Owns the routing state (partition map, placements, live messages) and the round loop.
-    ``on_round`` receives every finished ``Round`` in order (the delivery stage)."""
+    """Admits operations, runs the round loop and merges each round's answers; ``router``
+    and ``live`` hold where everything is. ``on_round`` receives every finished ``Round`` in
+    order (the delivery stage)."""
 
     def __init__(
         self,
@@ -171,7 +112,6 @@ class Engine:
         if len(shards) != len(pm):
             raise ValidationError("shards", len(shards), f"must equal the map's {len(pm)} parts")
         self.shards = list(shards)
-        self.pm = pm
         self.on_round = on_round
         self.batch_max = batch_max
         self.batch_delay = batch_delay_ms / 1000.0
@@ -183,15 +123,11 @@ class Engine:
         self.slots = slots if slots is not None else Slots()
         """Every placed subscription's slot: the shards tag it with it (shared with the
         delivery stage, and kept over reloads)."""
-        self.subs: dict[str, Subscription] = {}
-        self.placement: dict[str, tuple[int, ...]] = {}
-        self.live: dict[str, tuple[Message, bytes, float]] = {}
-        """Stored messages not yet expired: (message, payload, expiry)."""
-        self.multi: dict[str, dict[int, int]] = {}  # message on several shards -> slot -> count
-        self._expiry: list[tuple[float, str]] = []
-        self.owed: dict[str, frozenset[int]] = {}
-        """Stored messages past their expiry that some of their shards have expired (and told
-        its holders) while others did not answer: the shards still to expire them."""
+        self.stats = defaultdict(int)
+        self.live = LiveMessages(tick_s)
+        """Stored messages not yet expired."""
+        self.router = Router(pm, self.slots, self.live, self.stats)
+        """The subscriptions and where each is placed."""
         self.pending: list[Op] = []
         self.seq = 0
         """The next operation's sequence number (``Op.seq``)."""
@@ -210,9 +146,22 @@ class Engine:
         self._failure: str | None = None
         """Why the round loop died, if it did (``_loop_ended``)."""
         self.on_failure = on_failure
-        self.stats = defaultdict(int)
         self.recovery = Recovery(self, replace_shard)
         """The shards that are down, their reloads, the publishes they cut short."""
+
+    @property
+    def pm(self) -> PartitionMap:
+        return self.router.pm
+
+    @property
+    def subs(self) -> dict[str, Subscription]:
+        """The subscriptions (the router's)."""
+        return self.router.subs
+
+    @property
+    def placement(self) -> dict[str, tuple[int, ...]]:
+        """Subscription id -> the shards it is placed on (the router's)."""
+        return self.router.placement
 
     # ---- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -234,7 +183,7 @@ class Engine:
         err = UnavailableError(self._failure)
         for op in self.pending:
             if not op.future.done():
-                _fail(op.future, err)
+                fail(op.future, err)
         self.pending.clear()
         self._stored_waiting = 0
         if self.on_failure is not None:
@@ -251,26 +200,14 @@ class Engine:
             self._task = None
         for op in self.pending:
             if not op.future.done():
-                _fail(op.future, UnavailableError("the coordinator is stopping"))
+                fail(op.future, UnavailableError("the coordinator is stopping"))
         self.pending.clear()
         self._stored_waiting = 0
 
     def restore(self, subs: Sequence[Subscription]) -> dict[int, list[Subscription]]:
-        """Register subscriptions loaded from Redis (before ``start``), each in a slot (a slot
-        of a subscription that is gone is given back); returns each shard's share for its bulk
-        load (``load_shard``)."""
-        per: dict[int, list[Subscription]] = defaultdict(list)
-        slot = self.slots.slot
-        for s in subs:
-            where = tuple(self.pm.overlapping(region_bbox(s.region)))
-            self.subs[s.id] = s
-            self.placement[s.id] = where
-            x = slot(s.id)  # (first: taking a slot may grow the arrays)
-            self.slots.placed[x] = True
-            for k in where:
-                per[k].append(s)
-        self.slots.keep_only(self.subs)
-        return per
+        """Register subscriptions loaded from Redis (before ``start``); returns each shard's
+        share for its bulk load (``load_shard``)."""
+        return self.router.restore(subs)
 
     async def load_shard(self, k: int, share: Sequence[Subscription], now: float) -> int:
         """Bulk-load shard ``k`` with ``share``, each subscription tagged with its slot."""
@@ -432,19 +369,11 @@ class Engine:
 
     def shards_of(self, m: Message) -> list[int]:
         """The shards a message is stored in (routed to)."""
-        if isinstance(m.location, Point):
-            return [self.pm.owner(m.location.lon, m.location.lat)]
-        return self.pm.overlapping(location_bbox(m.location))
+        return self.router.shards_of(m)
 
     def live_in(self, k: int) -> list[tuple[Message, bytes, float]]:
-        """The live messages shard ``k`` stores (not those past their expiry that it has
-        expired already: ``owed``)."""
-        owed = self.owed
-        return [
-            e
-            for e in self.live.values()
-            if k in (owed[e[0].id] if e[0].id in owed else self.shards_of(e[0]))
-        ]
+        """The live messages shard ``k`` stores (``LiveMessages.stored_in``)."""
+        return self.live.stored_in(k, self.router.shards_of)
 
     @staticmethod
     def new_message_id() -> str:
@@ -525,7 +454,7 @@ class Engine:
                 sent.results.cancel()
                 for op in sent.ops:
                     if not op.future.done():
-                        _fail(op.future, UnavailableError("the coordinator is stopping"))
+                        fail(op.future, UnavailableError("the coordinator is stopping"))
 
     def _send(self, ops: list[Op]) -> _Sent:
         """Route a round and send every shard its share (one call each, not awaited)."""
@@ -560,7 +489,7 @@ class Engine:
             err = exc if isinstance(exc, UnavailableError) else UnavailableError(str(exc))
             for op in sent.ops:
                 if not op.future.done():
-                    _fail(op.future, err)
+                    fail(op.future, err)
             self.stats["failed_rounds"] += 1
             return
         try:
@@ -574,7 +503,7 @@ class Engine:
             )
             for op in sent.ops:
                 if not op.future.done():
-                    _fail(op.future, err)
+                    fail(op.future, err)
             raise
         for sid in rnd.removed:  # delivered: the slot may go to another subscription
             if sid not in self.subs:
@@ -602,17 +531,15 @@ class Engine:
         slot = self.slots.slot
         rnd = Round(now)
         # expirations first (every shard advanced to now before its ops)
-        self._expirations([by_shard[k][0] for k in ks], rnd)
-        self._expire(
-            now,
-            {
-                k
-                for k in ks
-                if k not in sent.lost and not isinstance(results[ks.index(k)], BaseException)
-            },
-            rnd,
-        )
-        multi = self.multi
+        live = self.live
+        expirations([by_shard[k][0] for k in ks], rnd, live, self.slots.placed)
+        answered = {
+            k
+            for k, r in zip(ks, results, strict=True)
+            if k not in sent.lost and not isinstance(r, BaseException)
+        }
+        rnd.expired += live.expire(now, answered, len(self.shards), self.shards_of, rnd.owed)
+        multi = live.holders
         for op, places in zip(ops, where, strict=True):
             start = len(rnd.subs)
             if op.kind == "redo":
@@ -630,7 +557,7 @@ class Engine:
                 part = by_shard[k][1][i]
                 if isinstance(part, Exception):
                     if not op.future.done():
-                        _fail(op.future, part)
+                        fail(op.future, part)
                     if not op.replay:
                         self.recovery.failed_publish(op, [part], 0, down=[k])
                         if op.partial:  # (its shard is down: live until it is back, and
@@ -647,14 +574,14 @@ class Engine:
             parts = [by_shard[k][1][i] for k, i in places]
             failed = next((p for p in parts if isinstance(p, Exception)), None)
             if failed is not None and not op.future.done():  # the shard rejected it (and is
-                _fail(op.future, failed)  # unchanged by it)
+                fail(op.future, failed)  # unchanged by it)
             if op.kind == "pub":  # a shard answers a publish with the subscriptions it reached
                 mid = op.arg.id
                 got = [
                     reached[k][i] for k, i in places if not isinstance(by_shard[k][1][i], Exception)
                 ]
-                ups = [(s, "+", mid) for p in got for s in p]
-                self.merge(ups, rnd, op, deliver=not op.replay)
+                ups = [(s, ADD, mid) for p in got for s in p]
+                net(ups, rnd, live, (mid, op.payload), deliver=not op.replay)
                 if failed is not None and not op.replay:
                     down = [
                         k
@@ -674,42 +601,14 @@ class Engine:
                     if op.arg.moving:  # its own centre, after earlier moves
                         rnd.moved.append((op.arg.id, *region_centre(op.arg.region)))
                 parts = [p for p in parts if not isinstance(p, Exception)]
-                self.merge([(slot(s), g, m) for p in parts for s, g, m in p], rnd, op)
+                net([(slot(s), g, m) for p in parts for s, g, m in p], rnd, live)
                 if op.kind == "unsub":  # (its counts go once the rounds before are merged)
                     rnd.removed.append(op.arg)
-                    gone = self.slots.slot_of.get(op.arg)
-                    for counts in multi.values():
-                        counts.pop(gone, None)
+                    live.drop_slot(self.slots.slot_of.get(op.arg))
             rnd.spans.append((op, start, len(rnd.subs)))
         self.recovery.take_notes(rnd)
         self.stats["rounds"] += 1
         return rnd
-
-    def _expirations(self, parts: list[tuple[list[str], np.ndarray, np.ndarray]], rnd) -> None:
-        """The shards' expirations (``shard.ops.Expired``), first in a round: REMOVEs of each
-        expired message from its holders still in the routing (a shard may report one just
-        unsubscribed); a message on several shards netted (``_merge``), the others added as
-        they come."""
-        placed = self.slots.placed
-        multi = self.multi
-        net: list[tuple[int, str, str]] = []
-        for mids, counts, tags in parts:
-            if not mids:
-                continue
-            keep = (tags >= 0) & placed[np.maximum(tags, 0)]
-            ends = np.cumsum(counts).tolist()
-            start = 0
-            for mid, end in zip(mids, ends, strict=True):
-                held = tags[start:end][keep[start:end]].tolist()
-                start = end
-                if not held:
-                    continue
-                if mid in multi:
-                    net += [(s, "-", mid) for s in held]
-                else:
-                    rnd.extend_removes(held, mid)
-        if net:
-            self.merge(net, rnd)
 
     def _note_stored(self, rnd: Round, op: Op) -> None:
         """Publish ``op``'s message, if stored (ttl > 0) and still live, goes into the round's
@@ -719,196 +618,39 @@ class Engine:
             rnd.stored.append((op.arg.id, entry[2], op.payload))
 
     def _route(self, op: Op, per: list[list[tuple]], now: float) -> list[tuple[int, int]]:
+        """Route one operation into the round's shares ``per`` (``coordinator.routing``);
+        returns where it went: (shard, index in that shard's share) each."""
         out: list[tuple[int, int]] = []
 
         def send(k: int, item: tuple) -> None:
             out.append((k, len(per[k])))
             per[k].append(item)
 
-        if op.kind != "redo":
-            op.seq = self.seq
-            self.seq += 1
-        if op.kind == "redo":
+        kind = op.kind
+        if kind == "redo":
             self.floor = min(self.floor, op.seq)
             item = self.recovery.route_redo(op, now)
             if item is not None:
                 send(op.shard, item)
-        elif op.kind == "pub":
-            m: Message = op.arg
-            targets = (
-                [self.pm.owner(m.location.lon, m.location.lat)]
-                if isinstance(m.location, Point)
-                else self.pm.overlapping(location_bbox(m.location))
-            )
-            if op.replay:  # stored until its expiry (where it was not expired already)
-                m = op.arg = dataclasses.replace(m, ttl=max(op.expiry - now, REPLAY_MIN_TTL_S))
-                if m.id in self.owed:
-                    targets = [k for k in targets if k in self.owed[m.id]]
-            if m.ttl:
-                if not op.replay:
-                    self._stored_waiting -= 1
-                    self.stats["published"] += 1
-                self.live[m.id] = (m, op.payload, now + m.ttl)
-                heapq.heappush(self._expiry, (now + m.ttl, m.id))
-                if len(targets) > 1:
-                    self.multi[m.id] = {}
-            elif not op.replay:
-                self.stats["published"] += 1
-            for k in targets:
-                if k not in op.skip:
-                    send(k, ("pub", m))
-        elif op.kind == "sub":
-            s: Subscription = op.arg
-            old = self.placement.get(s.id, ())
-            op.prev, op.prev_at = self.subs.get(s.id), old
-            new = tuple(self.pm.overlapping(region_bbox(s.region)))
-            for k in old:
-                if k not in new:
-                    send(k, ("detach", s.id))
-            tag = self.slots.slot(s.id)
-            self.slots.placed[tag] = True
-            for k in new:
-                send(k, ("sub", s, tag))
-            self.subs[s.id] = s
-            self.placement[s.id] = new
-        elif op.kind == "unsub":
-            sub_id = op.arg
-            op.prev_at = self.placement.pop(sub_id, ())
-            self.recovery.forget(sub_id, op.seq)
-            for k in op.prev_at:
-                send(k, ("unsub", sub_id))
-            op.prev = self.subs.pop(sub_id, None)
-            gone = self.slots.slot_of.get(sub_id)
-            if gone is not None:
-                self.slots.placed[gone] = False
+            return out
+        op.seq = self.seq
+        self.seq += 1
+        router = self.router
+        if kind == "pub":
+            if op.arg.ttl and not op.replay:
+                self._stored_waiting -= 1
+            router.route_pub(op, send, now)
+        elif kind == "sub":
+            router.route_sub(op.arg, send, op)
+        elif kind == "unsub":
+            self.recovery.forget(op.arg, op.seq)
+            router.route_unsub(op, send)
         else:  # move
-            sub_id = op.arg
-            s = self.subs.get(sub_id)
-            if s is None or not s.moving:  # unsubscribed (or made static) since it was queued
-                why = "gone" if s is None else "no longer moving"
-                _fail(
-                    op.future,
-                    NotFoundError("subscription", sub_id)
-                    if s is None
-                    else ValidationError("id", sub_id, f"the subscription is {why}"),
-                )
-                return out
-            moved = Subscription(
-                s.id, s.clauses, recentre(s.region, op.point), True, s.keywords, s.expr
-            )
-            old = self.placement[sub_id]
-            op.prev, op.prev_at = s, old
-            new = tuple(self.pm.overlapping(region_bbox(moved.region)))
-            for k in old:
-                if k in new:
-                    send(k, ("move", sub_id, op.point))
-                else:
-                    send(k, ("detach", sub_id))
-            for k in new:
-                if k not in old:
-                    send(k, ("sub", moved, self.slots.slot_of[sub_id]))
-            self.subs[sub_id] = moved
-            self.placement[sub_id] = new
-            self.stats["moves"] += 1
+            try:
+                router.route_move(op, send)
+            except (NotFoundError, ValidationError) as err:  # gone (or made static) since
+                fail(op.future, err)  # it was queued
         return out
-
-    def merge(
-        self,
-        ups: list[tuple[int, str, str]],
-        rnd: Round,
-        op: Op | None = None,
-        deliver: bool = True,
-    ) -> None:
-        """Net one operation's updates (subscription slot, sign, message id) over the shards and
-        append its deliveries (``deliver`` False: only count who holds what)."""
-        if not ups:
-            return
-        net: dict[tuple[int, str], int] = {}
-        for s, g, m in ups:
-            key = (s, m)
-            net[key] = net.get(key, 0) + (1 if g == "+" else -1)
-        adds: list[tuple[int, str]] = []  # an operation's REMOVEs come before its ADDs
-        for (s, m), d in net.items():
-            counts = self.multi.get(m)
-            if counts is not None:
-                old = counts.get(s, 0)
-                new = old + d
-                if new:
-                    counts[s] = new
-                else:
-                    counts.pop(s, None)
-                if (old > 0) == (new > 0) or not deliver:
-                    continue
-                add = new > 0
-            elif d == 0:
-                continue
-            else:
-                add = d > 0
-            if add:
-                if m not in rnd.payloads:
-                    rnd.payloads[m] = (
-                        op.payload
-                        if op is not None and op.kind == "pub" and op.arg.id == m
-                        else self.live.get(m, (None, b"", 0.0))[1]
-                    )
-                adds.append((s, m))
-            else:
-                rnd.add(s, 1, m)
-        for s, m in adds:
-            rnd.add(s, 0, m)
-
-    def stored_again(self, entry: tuple[Message, bytes, float], now: float) -> float:
-        """The ttl a live message is stored again with at ``now`` (a reloaded shard): until its
-        expiry, or if that has passed, ``REPLAY_MIN_TTL_S``, its expiry put off to match (so
-        that the engine forgets it in the round where the shard expires it)."""
-        m, payload, e = entry
-        ttl = e - now
-        if ttl < REPLAY_MIN_TTL_S:
-            ttl = REPLAY_MIN_TTL_S
-            self.live[m.id] = (m, payload, now + ttl)
-            heapq.heappush(self._expiry, (now + ttl, m.id))
-        return ttl
-
-    def forget(self, msg_id: str) -> None:
-        """A stored message that failed wherever it went is not live (its heap entry is
-        skipped when it comes up)."""
-        self.live.pop(msg_id, None)
-        self.multi.pop(msg_id, None)
-        self.owed.pop(msg_id, None)
-
-    def _expire(self, now: float, answered: set[int], rnd: Round) -> None:
-        """Forget the messages expired by ``now`` (``rnd.expired``). A message is forgotten in
-        the round whose answers from its shards brought its REMOVEs: one stored in a shard that
-        did not answer this round (down, failed, or lost) is kept, its expiry put off by
-        ``tick_s`` at a time, and the reloaded shard gets it back (``live_in``) and expires it;
-        the shards that did answer have expired it and told its holders, so neither a reload
-        nor a restart stores it there again (``owed``, written with the round)."""
-        out = rnd.expired
-        later = []
-        n = len(self.shards)
-        owed = self.owed
-        while self._expiry and self._expiry[0][0] <= now:
-            t, m = heapq.heappop(self._expiry)
-            got = self.live.get(m)
-            if got is None or got[2] != t:  # (an entry left behind)
-                continue
-            if len(answered) < n:
-                held = owed[m] if m in owed else self.shards_of(got[0])
-                left = frozenset(k for k in held if k not in answered)
-                if left:
-                    if owed.get(m) != left:
-                        owed[m] = left
-                        rnd.owed.append((m, left))
-                    later.append((m, got))
-                    continue
-            del self.live[m]
-            self.multi.pop(m, None)
-            owed.pop(m, None)
-            out.append(m)
-        for m, (msg, payload, _) in later:
-            t = now + self.tick_s
-            self.live[m] = (msg, payload, t)
-            heapq.heappush(self._expiry, (t, m))
 
 
 NO_EXPIRY = ([], np.zeros(0, np.int64), np.zeros(0, np.int32))

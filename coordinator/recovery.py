@@ -27,6 +27,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from coordinator.netting import net
+from coordinator.ops import Op, ShardHandle
 from coordinator.outages import (
     MISSED_MAX,
     Missed,
@@ -42,10 +44,10 @@ from coordinator.outages import (
 )
 from coordinator.rounds import Round
 from shard.errors import ShardDeadError, UnavailableError
-from shard.model import Message
+from shard.model import ADD, Message
 
 if TYPE_CHECKING:
-    from coordinator.engine import Engine, Op, ShardHandle
+    from coordinator.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +83,7 @@ class Recovery:
         self._prune_at = PRUNE_MIN
         self.uncounted: set[int] = set()
         """Shards down from the start (their load failed): the netting counts have none of
-        their holders of the live messages (``Engine.multi``) until their reload stores them
+        their holders of the live messages (``LiveMessages.holders``) until their reload stores them
         again."""
         self.restarted: dict[int, tuple[list[Missed], dict[bytes, int]]] = {}
         """At start: what the shards that had an outage record apply again once loaded
@@ -340,7 +342,7 @@ class Recovery:
                 self.generation[k] += 1
                 now = eng.tick()
                 had = [
-                    ("pub", dataclasses.replace(e[0], ttl=eng.stored_again(e, now)))
+                    ("pub", dataclasses.replace(e[0], ttl=eng.live.stored_again(e[0].id, now)))
                     for e in eng.live_in(k)
                     if e[0].id not in again
                 ]
@@ -411,7 +413,7 @@ class Recovery:
     def _count(self, items: list[tuple], answer) -> None:
         """Add the holders a shard reports for the messages it stored again (``items``, its
         ``answer``) to the netting counts of the messages stored on several shards."""
-        multi = self.engine.multi
+        multi = self.engine.live.holders
         parts, tags = answer[1], answer[2]
         tl = tags.tolist() if len(tags) else []
         pos = 0
@@ -439,7 +441,7 @@ class Recovery:
         if got is None:
             return None
         op.payload = got[1]
-        return ("pub", dataclasses.replace(got[0], ttl=eng.stored_again(got, now)))
+        return ("pub", dataclasses.replace(got[0], ttl=eng.live.stored_again(mid, now)))
 
     def merge_redo(self, op: Op, part, reached: list, rnd: Round) -> None:
         """Deliver the updates of an item a reloaded shard missed, netted like any other
@@ -463,7 +465,7 @@ class Recovery:
                 rnd.payloads.setdefault(mid, op.payload)
                 return
             rnd.payloads.setdefault(mid, op.payload)
-            eng.merge([(s, "+", mid) for s in reached], rnd)
+            net([(s, ADD, mid) for s in reached], rnd, eng.live)
             got = eng.live.get(mid)
             if got is not None:  # (a restart stores it again)
                 rnd.stored.append((mid, got[2], op.payload))
@@ -471,7 +473,7 @@ class Recovery:
         # (every update, as for any operation: one unsubscribed later in this round gets its
         # updates up to then; one gone before the reload has no items left to apply)
         slot_of = eng.slots.slot_of
-        eng.merge([(slot_of[s], g, m) for s, g, m in part if s in slot_of], rnd)
+        net([(slot_of[s], g, m) for s, g, m in part if s in slot_of], rnd, eng.live)
 
     # ---- publishes cut short -----------------------------------------------------------------
     def answered_before(self, msg_id: str) -> int | None:
@@ -509,7 +511,7 @@ class Recovery:
                     if k in self.down and not self.down[k].overflow:
                         self.unsaved[(k, b"m" + mid.encode())] = value
         elif not reached and len(errors) == len(eng.shards_of(op.arg)):
-            eng.forget(mid)
+            eng.live.forget(mid)
 
 
 def items_on(ops: Sequence[Op], where, per, k: int) -> list[Missed]:

@@ -24,7 +24,7 @@ Keys (``{ns}`` is ``Settings.namespace``)::
                              last move (a restart puts it there)
     {ns}:owed        hash    message id -> the shards ("," -joined) that still hold a stored
                              message past its expiry which its other shards expired while
-                             these were down (``Engine.owed``: a restart stores it only there)
+                             these were down (``LiveMessages.owed``: a restart stores it only there)
     {ns}:outage:{k}  hash    shard k's outage record: what it missed while it was down and
                              has not yet been told again (``coordinator.outages``)
 
@@ -51,8 +51,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from coordinator.metadata import UNMARK_LUA, Metadata
-from coordinator.rounds import REMOVE
 from geopubsub.v1 import geopubsub_pb2 as pb
+from shard.model import REMOVE, Sign
 
 MAGIC = b"GPR1"
 HEAD = struct.Struct("<4sQdIIIIII")
@@ -120,7 +120,7 @@ return 1
 """ARGV: round, blob prefix, blob, ttl, round_hi key, lease key, live key, position key, owed
 key; then eight groups, each a count and its items: leases (id, sequence), live messages stored
 (id, ``<d`` expiry + payload), live messages expired (id; their owed fields go too), positions
-(id, ``<dd`` lon, lat), owed (id, the shards "," -joined: ``Engine.owed``), outage
+(id, ``<dd`` lon, lat), owed (id, the shards "," -joined: ``LiveMessages.owed``), outage
 records deleted (key), outage fields settled (key, field), outage fields noted (key, field,
 value; the first value kept, but a one-shot message's payload replaces an empty value); then the count of subscribe changes told, the subscription key
 prefix, the untold set, and their ids (``Metadata.unmark``); then the rounds to delete
@@ -197,7 +197,7 @@ class Entry:
     """One delivery read from the log."""
 
     sequence: int
-    kind: int
+    kind: Sign
     msg_id: str
     payload: bytes
     time: float
@@ -348,7 +348,7 @@ def parse_record(rec: bytes) -> list[Entry]:
         mid = rec[at + 6 : at + 6 + idlen].decode()
         payload = rec[at + 6 + idlen : at + 4 + size]
         at += 4 + size
-        out.append(Entry(first + j, kinds[j], mid, payload, t))
+        out.append(Entry(first + j, Sign(kinds[j]), mid, payload, t))
     return out
 
 

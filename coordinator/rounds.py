@@ -1,9 +1,9 @@
 """What one round produced, as the engine hands it to the delivery stage.
 
 A round's deliveries are columns, before they get sequence numbers: delivery ``i`` goes to the
-subscription in slot ``subs[i]`` (``coordinator.slots``), is an ADD (``kinds[i] == 0``) or a
-REMOVE (1) of message ``mids[midx[i]]``. ``mids`` lists each message of the round once, so the
-retention log and the streams refer to a message by a small integer, and ``payloads`` holds the
+subscription in slot ``subs[i]`` (``coordinator.slots``), is an ADD or a REMOVE (``kinds[i]``, a
+``shard.model.Sign``) of message ``mids[midx[i]]``. ``mids`` lists each message of the round
+once, so the retention log and the streams refer to a message by a small integer, and ``payloads`` holds the
 serialized Message of every message ADDed. ``spans`` pairs each operation with the index range
 of its deliveries; ``removed`` lists the subscriptions the round removed (their slots are given
 back once it is delivered); ``stored``, ``expired`` and ``moved`` are what the round changed of
@@ -11,7 +11,7 @@ the live messages and the moving subscriptions' positions (written with the roun
 restart rebuilds them exactly).
 
 >>> r = Round(1.0)
->>> r.add(3, 0, "m"); r.add(4, 1, "n"); r.add(5, 0, "m")
+>>> r.add(3, ADD, "m"); r.add(4, REMOVE, "n"); r.add(5, ADD, "m")
 >>> r.mids, r.midx, len(r)
 (['m', 'n'], [0, 1, 0], 3)
 """
@@ -21,15 +21,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-ADD, REMOVE = 0, 1
-"""``Round.kinds``: the sign of a delivery (``pb.Delivery.ADD`` / ``REMOVE`` have these values)."""
+from shard.model import ADD, REMOVE, Sign
 
 
 @dataclass(slots=True)
 class Round:
     now: float
     subs: list[int] = field(default_factory=list)
-    kinds: list[int] = field(default_factory=list)
+    kinds: list[Sign] = field(default_factory=list)
     midx: list[int] = field(default_factory=list)
     mids: list[str] = field(default_factory=list)
     payloads: dict[str, bytes] = field(default_factory=dict)
@@ -41,7 +40,7 @@ class Round:
     """Stored messages the round expired."""
     owed: list[tuple[str, frozenset[int]]] = field(default_factory=list)
     """Stored messages past their expiry that some shards did not expire yet (down): the
-    shards that still hold them, as changed by the round (``Engine.owed``)."""
+    shards that still hold them, as changed by the round (``LiveMessages.owed``)."""
     moved: list[tuple[str, float, float]] = field(default_factory=list)
     """Where the round put moving subscriptions: subscription id, lon, lat (the new centre of
     a move, or of a moving subscription registered anew)."""
@@ -69,7 +68,7 @@ class Round:
             self.mids.append(msg_id)
         return k
 
-    def add(self, slot: int, kind: int, msg_id: str) -> None:
+    def add(self, slot: int, kind: Sign, msg_id: str) -> None:
         self.subs.append(slot)
         self.kinds.append(kind)
         self.midx.append(self.message(msg_id))
@@ -82,7 +81,7 @@ class Round:
         """ADDs of one message to ``slots`` (a publish's deliveries)."""
         self._extend(slots, ADD, msg_id)
 
-    def _extend(self, slots: list[int], kind: int, msg_id: str) -> None:
+    def _extend(self, slots: list[int], kind: Sign, msg_id: str) -> None:
         k = self.message(msg_id)
         n = len(slots)
         self.subs.extend(slots)

@@ -1,15 +1,14 @@
-"""The GeoPubSub gRPC service (asyncio) and ``create_server``, the one way to build it.
-
-A request is validated and converted (``geopubsub.convert``), handed to the ``Engine`` (which
-routes it to the shards in micro-batched rounds) and answered when its round has been delivered
-(``coordinator.deliveries``); Redis (``coordinator.metadata``) keeps the subscriptions. Errors
-are raised as ``shard.errors`` and mapped to status codes by ``@grpc_errors`` only.
+"""The coordinator's server: ``create_server`` builds the gRPC server (the service of
+``coordinator.service``, health, reflection, TLS, the auth interceptor) around a ``Coordinator``,
+which holds what the service needs (Redis metadata, the engine, the delivery stage) and runs its
+life: loading the shards from Redis at start (a restart rebuilds from the retention log what
+was live and what the shards that were down missed), reloading them after a bulk load, the
+health statuses, and stopping.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import time
@@ -20,42 +19,33 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from coordinator.access import Access, AuthInterceptor, check_owned
+from coordinator.access import Access, AuthInterceptor
 from coordinator.dedupe import Dedupe
 from coordinator.deliveries import Deliveries
-from coordinator.engine import Engine, ShardHandle
+from coordinator.engine import Engine
 from coordinator.handlers import add_service
 from coordinator.health import REDIS_HEALTH, SERVICE, shard_health_name
 from coordinator.metadata import Metadata
+from coordinator.ops import ShardHandle
 from coordinator.outages import untold_records
 from coordinator.retention import RoundLog
+from coordinator.service import GeoPubSubService
 from coordinator.settings import Settings
 from coordinator.slots import Slots
-from coordinator.status import grpc_errors
 from geopubsub.convert import (
-    from_proto_location_request,
     from_proto_message,
-    from_proto_subscribe_request,
-    from_proto_unsubscribe_request,
-    to_proto_subscription,
 )
 from geopubsub.v1 import geopubsub_pb2 as pb
-from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.applus.tree import recentre
-from shard.errors import NotFoundError, UnavailableError, ValidationError
+from shard.errors import UnavailableError, ValidationError
 from shard.geometry import region_bbox
 from shard.host.heap import freeze_long_lived, loading
-from shard.limits import MAX_MOVE_BATCH, MAX_PUBLISH_BATCH
-from shard.model import Message, Point, Subscription, validate_id
+from shard.model import Message, Point, Subscription
 from shard.partition_map import DEFAULT_SAMPLE, PartitionMap, bbox_centre
 
 log = logging.getLogger(__name__)
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
-
-STREAM_WINDOW = 4096
-"""Operations (messages, moves) of one PublishStream / LocationStream in flight before it reads
-more requests (backpressure)."""
 
 HEALTH_CHECK_S = 1.0
 """How often the coordinator pings Redis and looks at its shards for the health service (its
@@ -212,7 +202,7 @@ class Coordinator:
             elif isinstance(result, BaseException):
                 raise result
         # a message past its expiry goes back only where it was not expired yet
-        self.engine.owed = {e[0].id: owed[e[0].id] for e in replayed if e[0].id in owed}
+        self.engine.live.owed = {e[0].id: owed[e[0].id] for e in replayed if e[0].id in owed}
         self.engine.start()
         # what shards missed before a crash, with deliveries, after (queued first) the live
         # messages going back into the shards without deliveries: from the log at start, from
@@ -240,7 +230,7 @@ class Coordinator:
             await old.stop()
             await self.deliveries.drain()  # every round written: the positions are current
             n = await self._load(
-                old.shards, list(old.live.values()), await self.log.positions(), old.owed
+                old.shards, list(old.live.values()), await self.log.positions(), old.live.owed
             )
             log.info("reloaded %d subscriptions", n)
             return n
@@ -325,17 +315,6 @@ class Coordinator:
         return "; ".join(parts)
 
 
-def _check_batch_ids(msgs: Sequence) -> None:
-    """A batch may not give one stored message's id twice (the second would be refused after
-    the first was accepted)."""
-    seen: set[str] = set()
-    for i, m in enumerate(msgs):
-        if m.ttl:
-            if m.id in seen:
-                raise ValidationError(f"messages[{i}].id", m.id, "given twice in the batch")
-            seen.add(m.id)
-
-
 def _placed(sub: Subscription, pos: tuple[float, float] | None) -> Subscription:
     """A moving subscription where its last move put it (``pos``: lon, lat)."""
     if pos is None or not sub.moving:
@@ -346,296 +325,6 @@ def _placed(sub: Subscription, pos: tuple[float, float] | None) -> Subscription:
 def _centres(subs: Sequence[Subscription]) -> list[tuple[float, float]]:
     step = max(1, len(subs) // DEFAULT_SAMPLE)
     return [bbox_centre(region_bbox(s.region)) for s in subs[::step]]
-
-
-async def _within(fut, context, limit: float, why: Callable[[], str] | None = None):
-    """Await ``fut`` no longer than the call's deadline (or ``limit``, the server's
-    ``deadline_s``). Past the call's own deadline: DEADLINE_EXCEEDED; past ``limit``:
-    UNAVAILABLE, with ``why()`` (a shard or Redis is slow or unreachable). A done future answers
-    at once: ``wait_for`` would take a turn of the event loop for it (a batch's answers are
-    read this way, one per message)."""
-    if fut.done():
-        return fut.result()
-    remaining = context.time_remaining()
-    timeout = limit if remaining is None else min(limit, max(remaining, 0.0))
-    try:
-        return await asyncio.wait_for(asyncio.shield(fut), timeout)
-    except TimeoutError:
-        if remaining is not None and remaining <= limit:
-            raise  # the caller's own deadline
-        reason = why() if why is not None else ""
-        raise UnavailableError(
-            f"not done within deadline_s={limit:g} s{': ' + reason if reason else ''}; it may "
-            "still take effect (a publish retried with its message id is not delivered twice)"
-        ) from None
-
-
-class GeoPubSubService(pb_grpc.GeoPubSubServicer):
-    def __init__(self, app: Coordinator) -> None:
-        self.app = app
-
-    @property
-    def engine(self) -> Engine:
-        """The running engine; UNAVAILABLE while the coordinator is still starting (it listens
-        before its shards are loaded, so that health can say NOT_SERVING)."""
-        eng = self.app.engine
-        if eng is None:
-            raise UnavailableError("the coordinator is starting (loading its shards); retry")
-        return eng
-
-    @grpc_errors
-    async def Subscribe(self, request, context):
-        subs, ephemeral, batch = from_proto_subscribe_request(request)
-        check_owned("subscriptions[{i}].id" if batch else "subscription.id", (s.id for s in subs))
-        self.app.deliveries.check_writable()
-        # Redis first (the source of truth), the batch in one transaction: a call that times
-        # out while its round still applies it must not leave a subscription a restart forgets
-        pm = self.engine.pm
-        # (each marked untold until the round that tells its subscriber is written: a
-        # coordinator killed before that tells it after its restart, coordinator.outages)
-        md = self.app.md
-        await md.put_subscriptions(
-            [(s, tuple(pm.overlapping(region_bbox(s.region)))) for s in subs],
-            ephemeral=ephemeral,
-            mark=True,
-        )
-        try:
-            futs = self.engine.subscribe_many(subs)
-        except Exception:  # (queue full, stopping): no round will tell them
-            with contextlib.suppress(Exception):
-                await md.unmark([s.id for s in subs])
-            raise
-        limit, why = self.app.settings.deadline_s, self.app.stalled
-        for fut in futs:
-            await _within(fut, context, limit, why)
-        slots = self.app.slots
-        for s, e in zip(subs, ephemeral, strict=True):
-            if e != (s.id in slots.ephemeral):
-                slots.set_ephemeral(s.id, e)
-        if batch:
-            return pb.SubscribeResponse(ids=[s.id for s in subs])
-        return pb.SubscribeResponse(id=subs[0].id)
-
-    @grpc_errors
-    async def Unsubscribe(self, request, context):
-        ids, batch = from_proto_unsubscribe_request(request)
-        check_owned("ids[{i}]" if batch else "id", ids)
-        futs = self.engine.unsubscribe_many(ids)  # NotFoundError before anything changes
-        await self.app.md.delete_subscriptions(ids)
-        limit, why = self.app.settings.deadline_s, self.app.stalled
-        for fut in futs:
-            await _within(fut, context, limit, why)
-        for sub_id in ids:
-            self.app.slots.set_ephemeral(sub_id, False)
-        return pb.UnsubscribeResponse()
-
-    @grpc_errors
-    async def GetSubscription(self, request, context):
-        check_owned("id", [validate_id("id", request.id)])
-        sub = self.engine.subs.get(request.id)
-        if sub is None:
-            raise NotFoundError("subscription", request.id)
-        out = to_proto_subscription(sub)
-        out.ephemeral = request.id in self.app.slots.ephemeral
-        return out
-
-    def _submit_publish(self, request: pb.PublishRequest):
-        """Validate a PublishRequest whole, then hand its message(s) to the engine. Returns
-        (ids, futures, batch?)."""
-        batch = len(request.messages) > 0
-        self.app.deliveries.check_writable()
-        if batch:
-            if request.HasField("message"):
-                raise ValidationError("message", "set", "give message or messages, not both")
-            if len(request.messages) > MAX_PUBLISH_BATCH:
-                raise ValidationError(
-                    "messages", len(request.messages), f"at most {MAX_PUBLISH_BATCH} per request"
-                )
-            protos = list(request.messages)
-            fields = [f"messages[{i}]" for i in range(len(protos))]
-        elif request.HasField("message"):
-            protos, fields = [request.message], ["message"]
-        else:
-            raise ValidationError("message", None, "required")
-        msgs = [
-            from_proto_message(
-                m,
-                default_id=m.id or Engine.new_message_id(),
-                field=f,
-                max_ttl_s=self.app.settings.max_ttl_s,
-            )
-            for m, f in zip(protos, fields, strict=True)
-        ]
-        if batch:
-            _check_batch_ids(msgs)
-        # a client-given id published before (in the log) or on its way: not again (a retry)
-        dedupe = self.app.dedupe
-        given = [bool(mp.id) for mp in protos]
-        seen = [dedupe.lookup(m.id) if g else None for m, g in zip(msgs, given, strict=True)]
-        new = [i for i, x in enumerate(seen) if x is None]
-        now = self.app.clock()
-        payloads = []
-        for i in new:  # the request's own messages, stamped
-            mp = protos[i]
-            mp.id = msgs[i].id
-            mp.time = now
-            payloads.append(mp.SerializeToString())
-        futs = (
-            self.engine.publish_many([msgs[i] for i in new], payloads, [fields[i] for i in new])
-            if new
-            else []
-        )
-        out: list = list(seen)
-        for i, fut in zip(new, futs, strict=True):
-            out[i] = fut
-            if given[i]:
-                dedupe.begin(msgs[i].id, fut)
-        return [m.id for m in msgs], out, batch
-
-    async def _published(self, submitted, context) -> pb.PublishResponse:
-        ids, futs, batch = submitted
-        limit = self.app.settings.deadline_s
-        # rounds finish in order: once the last message is answered, so is every other (a
-        # duplicate is answered by its first publish, or was already: an int)
-        pending = [f for f in futs if isinstance(f, asyncio.Future)]
-        if pending:
-            await _within(pending[-1], context, limit, self.app.stalled)
-        matches = [
-            await _within(f, context, limit, self.app.stalled)
-            if isinstance(f, asyncio.Future)
-            else f
-            for f in futs
-        ]
-        if not batch:
-            return pb.PublishResponse(id=ids[0], matched=matches[0])
-        return pb.PublishResponse(matched=sum(matches), ids=ids, matches=matches)
-
-    @grpc_errors
-    async def Publish(self, request, context):
-        return await self._published(self._submit_publish(request), context)
-
-    @grpc_errors
-    async def PublishStream(self, request_iterator, context):
-        """One response per request, in order; a bad request ends the stream with
-        INVALID_ARGUMENT after the responses of every request before it."""
-
-        async def submit(req):
-            return self._submit_publish(req)
-
-        async for submitted in _pipelined(request_iterator, submit, lambda x: len(x[0])):
-            yield await self._published(submitted, context)
-
-    def _submit_moves(self, request: pb.UpdateLocationRequest) -> list[asyncio.Future]:
-        """Validate an UpdateLocationRequest whole, then hand its move(s) to the engine."""
-        moves, fields = from_proto_location_request(request, MAX_MOVE_BATCH)
-        check_owned("moves[{i}].id" if request.moves else "id", (m[0] for m in moves))
-        self.app.deliveries.check_writable()
-        return self.engine.move_many(moves, fields)  # (positions are written with the round)
-
-    async def _moved(self, futs: list[asyncio.Future], context) -> list[pb.Delivery]:
-        limit = self.app.settings.deadline_s
-        await _within(futs[-1], context, limit, self.app.stalled)  # rounds finish in order
-        return [d for f in futs for d in await _within(f, context, limit, self.app.stalled)]
-
-    @grpc_errors
-    async def UpdateLocation(self, request, context):
-        ups = await self._moved(self._submit_moves(request), context)
-        return pb.UpdateLocationResponse(updates=ups)
-
-    @grpc_errors
-    async def LocationStream(self, request_iterator, context):
-        async def submit(req):
-            return self._submit_moves(req)
-
-        async for futs in _pipelined(request_iterator, submit, len):
-            for d in await self._moved(futs, context):
-                yield d
-
-    @grpc_errors
-    async def StreamResults(self, request, context):
-        check_owned("id", [validate_id("id", request.id)])
-        if request.id not in self.engine.subs:
-            raise NotFoundError("subscription", request.id)
-        async for d in self.app.deliveries.stream(request.id, request.after_sequence):
-            yield d
-
-    @grpc_errors
-    async def Reload(self, request, context):
-        return pb.ReloadResponse(subscriptions=await self.app.reload())
-
-    @grpc_errors
-    async def GetStats(self, request, context):
-        eng = self.engine
-        if down := eng.recovery.down_shards():  # at once, not after a down shard's timeout
-            raise UnavailableError("; ".join(down[k] for k in sorted(down)))
-        per = await asyncio.gather(*(s.stats() for s in eng.shards))
-        return pb.Stats(
-            subscriptions=len(eng.subs),
-            moving_subscriptions=sum(1 for s in eng.subs.values() if s.moving),
-            live_messages=len(eng.live),
-            published=eng.stats["published"],
-            deliveries=self.app.deliveries.delivered,
-            dropped_deliveries=self.app.deliveries.dropped,
-            shards=[
-                pb.ShardStats(
-                    shard=k, subscriptions=st["subscriptions"], live_messages=st["live_messages"]
-                )
-                for k, st in enumerate(per)
-            ],
-            uptime_s=self.app.clock() - self.app.started,
-            moves=eng.stats["moves"],
-            rounds=eng.stats["rounds"],
-            rejected_overload=eng.stats["rejected_overload"],
-            shard_failures=eng.stats["shard_failures"],
-            gaps=self.app.deliveries.gaps,
-            log_write_failures=self.app.deliveries.log_failures,
-            log_rounds=len(self.app.log.kept),
-            log_bytes=self.app.log.bytes,
-        )
-
-
-async def _pipelined(request_iterator, submit, weight=lambda item: 1):
-    """Submit requests as they arrive and yield each submission in order, with at most
-    ``STREAM_WINDOW`` operations (``weight`` of a submission: a batch counts its messages)
-    submitted and not yet yielded back; a request that fails to submit is raised after those
-    before it."""
-    window: asyncio.Queue = asyncio.Queue()
-    room = asyncio.Condition()
-    inflight = 0
-
-    def has_room() -> bool:
-        return inflight < STREAM_WINDOW
-
-    async def reader():
-        nonlocal inflight
-        try:
-            async for req in request_iterator:
-                item = await submit(req)
-                async with room:
-                    inflight += weight(item)
-                    window.put_nowait(("ok", item))
-                    await room.wait_for(has_room)
-        except Exception as exc:
-            window.put_nowait(("error", exc))
-            return
-        window.put_nowait(("end", None))
-
-    task = asyncio.get_running_loop().create_task(reader())
-    try:
-        while True:
-            kind, item = await window.get()
-            if kind == "end":
-                return
-            if kind == "error":
-                raise item
-            yield item
-            async with room:
-                inflight -= weight(item)
-                room.notify()
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 def _read(field: str, path: str) -> bytes:

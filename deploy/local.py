@@ -82,7 +82,7 @@ COORDINATOR_STOP_S = 30.0
 LISTENING = re.compile(r"geopubsub coordinator listening on (\S+):(\d+)\s*$", re.MULTILINE)
 """The line the coordinator prints to stdout once it serves."""
 _WILDCARD_HOSTS = {"", "0.0.0.0", "::", "[::]"}
-_STOPPED = {0, -signal.SIGINT, -signal.SIGTERM}
+STOPPED = {0, -signal.SIGINT, -signal.SIGTERM}
 """Coordinator exit codes of a requested stop."""
 
 

@@ -53,8 +53,6 @@ RESTART_PAUSE_S = (0.5, 10.0)
 process that dies at once again is not restarted in a tight loop."""
 POLL_S = 0.5
 """How often the supervisor looks at its processes."""
-STOPPED = local._STOPPED
-"""Coordinator exit codes of a requested stop (not restarted)."""
 SUPERVISOR_READY_S = 30.0
 """Longest ``up --detach`` waits for the supervisor it started to record itself."""
 
@@ -122,7 +120,7 @@ class Supervisor:
         foreground exit code (0 coordinator stopped on purpose, 1 gave up)."""
         c = self.cluster
         code = c.coordinator.poll() if "coordinator" not in c.gave_up else None
-        if code in STOPPED:
+        if code in local.STOPPED:
             if not self.detached:
                 return 0
             self.say(f"the coordinator (pid {c.coordinator.pid}) was stopped on purpose")
@@ -133,7 +131,7 @@ class Supervisor:
             redis_code = c.redis.process.poll()
         if redis_code is not None and not self._restart("redis", _describe_exit(redis_code)):
             return 1
-        crashed = code is not None and code not in STOPPED
+        crashed = code is not None and code not in local.STOPPED
         if crashed and not self._restart("coordinator", _describe_exit(code)):
             return 1
         return None

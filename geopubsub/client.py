@@ -173,7 +173,8 @@ def _loopback_target(target: str) -> bool:
 class Delivery:
     """One update of a subscription's results, as received.
 
-    ``kind`` is ``"+"`` (ADD) or ``"-"`` (REMOVE); ``location`` is ``(lon, lat)`` for a point
+    ``kind`` is ``"+"`` (ADD), ``"-"`` (REMOVE) or ``"gap"``: the text of the core's ``Sign``
+    (``str(Sign.ADD)``), what a script compares with and prints; ``location`` is ``(lon, lat)`` for a point
     message, ``(min_lon, min_lat, max_lon, max_lat)`` for a rectangle, None when the server did not
     send it (a REMOVE guarantees only the message id). ``time``: when the update took effect.
     """
@@ -213,7 +214,7 @@ class Delivery:
         return cls(
             sid,
             delivery.sequence,
-            sign,
+            str(sign),
             mid,
             tuple(msg.keywords),
             msg.text,

@@ -19,6 +19,7 @@ from shard.model import (
     Message,
     Point,
     Rect,
+    Sign,
     Subscription,
     message_from_dict,
     message_to_dict,
@@ -37,9 +38,6 @@ _COORDINATES = {
 """The proto field of each position of a region list in the dict form."""
 _RENAMED = {"ttl": "ttl_s"}
 _INDEXED = re.compile(r"(\w+)\[(\d+)\]")
-
-_KIND = {"+": pb.Delivery.ADD, "-": pb.Delivery.REMOVE}
-_SIGN = {kind: sign for sign, kind in _KIND.items()}
 
 
 def proto_field(field: str) -> str:
@@ -300,27 +298,27 @@ def from_proto_location_request(
 
 
 def to_proto_delivery(
-    subscription_id: str, sequence: int, sign: str, message: pb.Message, *, time: float
+    subscription_id: str, sequence: int, sign: Sign, message: pb.Message, *, time: float
 ) -> pb.Delivery:
-    """A Delivery of the core's update ``(subscription_id, sign, message id)``, ``sign`` "+" (ADD)
-    or "-" (REMOVE). ``message`` is already converted (``to_proto_message``) so that a message
+    """A Delivery of the core's update ``(subscription_id, sign, message id)`` (``sign`` goes
+    as it is: ``Sign`` has ``pb.Delivery.Kind``'s values). ``message`` is already converted (``to_proto_message``) so that a message
     delivered to many subscriptions is converted once; it is copied into the Delivery.
     """
     return pb.Delivery(
         subscription_id=subscription_id,
         sequence=sequence,
-        kind=_KIND[sign],
+        kind=sign,
         message=message,
         time=time,
     )
 
 
-def from_proto_delivery(delivery: pb.Delivery) -> tuple[str, str, str]:
-    """The core's update triple ``(subscription id, "+" | "-", message id)`` of a Delivery.
+def from_proto_delivery(delivery: pb.Delivery) -> tuple[str, Sign, str]:
+    """The core's update triple ``(subscription id, sign, message id)`` of an ADD or REMOVE.
 
     >>> from_proto_delivery(
     ...     pb.Delivery(subscription_id="s", kind=pb.Delivery.REMOVE, message=pb.Message(id="m"))
     ... )
-    ('s', '-', 'm')
+    ('s', REMOVE, 'm')
     """
-    return delivery.subscription_id, _SIGN[delivery.kind], delivery.message.id
+    return delivery.subscription_id, Sign(delivery.kind), delivery.message.id

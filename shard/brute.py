@@ -88,8 +88,9 @@ class BruteMatcher:
         del self._subs[sub_id]
         self._dirty = True
 
-    def refresh(self) -> None:
-        if not self._dirty:
+    def refresh(self, force: bool = False) -> None:
+        """Rebuild the columns after changes (``force``: even without, to time a build)."""
+        if not (self._dirty or force):
             return
         self._ids = list(self._subs)
         boxes = np.empty((len(self._ids), 4))

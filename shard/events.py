@@ -25,7 +25,9 @@ from shard.model import (
     Point,
     Subscription,
     message_from_dict,
+    message_to_dict,
     subscription_from_dict,
+    subscription_to_dict,
     validate_id,
     validate_point,
 )
@@ -99,8 +101,6 @@ def read_events(
 
 
 def event_to_dict(ev: Event) -> dict[str, Any]:
-    from shard.model import message_to_dict, subscription_to_dict
-
     out: dict[str, Any] = {"t": ev.t, "op": ev.op}
     if ev.sub is not None:
         out["sub"] = subscription_to_dict(ev.sub)

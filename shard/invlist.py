@@ -277,7 +277,7 @@ class InvertedList:
             "longest_list": int(lens.max()) if lens.size else 0,
         }
 
-    def _check(self) -> None:
+    def check_invariants(self) -> None:
         """Assert the invariants: every live clause of the store as the list was built is filed
         exactly once, under one of its terms of least frequency, with its subscription's box and
         its other terms; the lists are a partition of the postings."""

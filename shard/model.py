@@ -6,18 +6,43 @@ and the Spark loader call the same functions, so a rule lives in exactly one pla
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from shard.errors import ValidationError
-from shard.expr import parse_expr
+from shard.expr import format_dnf, parse_expr
 from shard.limits import MAX_ID_LEN, MAX_KEYWORDS, MAX_RADIUS_M, MAX_TEXT_LEN, MAX_TTL_S
 from shard.terms import check_term, message_terms, normalize_term
 
-Update = tuple[str, str, str]
-"""One change of a subscription's result set: (subscription id, "+" or "-", message id)."""
+
+class Sign(enum.IntEnum):
+    """The sign of a change of a subscription's result set, one type end to end: the shards'
+    updates, the coordinator's rounds and retention log, ``pb.Delivery.Kind`` (same values) and
+    the client's deliveries. Printed as ``+`` / ``-``.
+
+    >>> str(Sign.ADD), str(Sign.REMOVE), int(Sign.REMOVE), Sign(0) is ADD, [("s", Sign(1), "m")]
+    ('+', '-', 1, True, [('s', REMOVE, 'm')])
+    """
+
+    ADD = 0
+    """The message matches the subscription (published into it, or entered by a move)."""
+    REMOVE = 1
+    """A message that matched no longer does (it expired, or a move left it)."""
+
+    def __str__(self) -> str:
+        return "+" if self is Sign.ADD else "-"
+
+    def __repr__(self) -> str:  # an update reads ('s', ADD, 'm')
+        return self.name
+
+
+ADD, REMOVE = Sign.ADD, Sign.REMOVE
+
+Update = tuple[str, Sign, str]
+"""One change of a subscription's result set: (subscription id, sign, message id)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,8 +313,6 @@ def subscription_to_dict(s: Subscription) -> dict[str, Any]:
     elif len(s.clauses) == 1:
         d["keywords"] = list(s.clauses[0])
     else:
-        from shard.expr import format_dnf
-
         d["expr"] = format_dnf(s.clauses)
     d.update(region_to_dict(s.region))
     if s.moving:

@@ -22,7 +22,7 @@ from shard.aptree.maintain import int_list, move_clauses
 from shard.aptree.match import grown
 from shard.aptree.tree import APTree, EncodedMessages
 from shard.errors import ValidationError
-from shard.model import Message, Point, Subscription, Update
+from shard.model import ADD, REMOVE, Message, Point, Subscription, Update
 
 DEFAULT_CELL_DEG = 1.0
 
@@ -141,8 +141,9 @@ class NaiveMoving:
         self.tree = tree if tree is not None else APTree()
         self.msgs = MessageStore()
         # the live messages hold term ids: follow the tree when a rebuild renumbers them
-        self.tree._terms_renumbered = self.msgs.remap_terms
-        self.tree._terms_held = lambda: self.msgs.held_terms(len(self.tree.store.vocab_terms))
+        self.tree.follow_terms(
+            self.msgs.remap_terms, lambda: self.msgs.held_terms(len(self.tree.store.vocab_terms))
+        )
         self.cell = float(cell_deg)
         self.nx = max(1, math.ceil(360.0 / self.cell))
         self.ny = max(1, math.ceil(180.0 / self.cell))
@@ -165,8 +166,7 @@ class NaiveMoving:
         v = len(self.tree.store.vocab_terms)
         if v > self._tm.shape[0]:
             self._tm = np.zeros(2 * v, np.int64)
-        self.tree._extend_pw()
-        self.tree._ensure_stamps()
+        self.tree.reserve()
 
     def advance(self, now: float) -> list[Update]:
         if not isinstance(now, (int, float)) or not math.isfinite(now) or now < self.now:
@@ -179,7 +179,7 @@ class NaiveMoving:
             EncodedMessages(*self.msgs.encoded(np.array(expired, np.int64)))
         )
         names = self.tree.store.ids[out_s].tolist()
-        ups = [(s, "-", ids[q]) for s, q in zip(names, out_m.tolist(), strict=True)]
+        ups = [(s, REMOVE, ids[q]) for s, q in zip(names, out_m.tolist(), strict=True)]
         if len(self.msgs.dead) > max(65536, len(self.msgs)):
             self._rebuild_grid()
         return ups
@@ -218,7 +218,7 @@ class NaiveMoving:
                 self._insert(self.msgs.add(m, ids, self.now + float(m.ttl)))
         self._sync()
         for m, ids in zip(messages, self.tree.match_batch(messages), strict=True):
-            updates += [(s, "+", m.id) for s in ids]
+            updates += [(s, ADD, m.id) for s in ids]
         return updates
 
     def _form(self, slot: int):
@@ -264,9 +264,9 @@ class NaiveMoving:
         tree = self.tree
         grid = (self.head, self.nxt_slot, self.nxt_link, self.cell, self.nx, self.ny)
         T, q, xs, gs, todo, self._stamp, self._ts = _move_batch_kernel(
-            tree._tree,
+            tree.arrays,
             st.columns(),
-            tree._params,
+            tree.params,
             st.first_clause,
             st.n_clauses,
             slots,
@@ -280,14 +280,11 @@ class NaiveMoving:
             self._ts,
             diff,
         )
-        tree._tree = T
-        if todo.size:
-            tree._rebuild_nodes(todo)
-        tree._housekeeping()
+        tree.adopt(T, todo)
         ids = st.ids[slots[q]].tolist()
         msgs = self.msgs.messages
         updates += [
-            (s, "+" if g > 0 else "-", msgs[x].id)
+            (s, ADD if g > 0 else REMOVE, msgs[x].id)
             for s, x, g in zip(ids, xs.tolist(), gs.tolist(), strict=True)
         ]
         return updates
@@ -312,6 +309,6 @@ class NaiveMoving:
         )
         msgs = self.msgs.messages
         return [
-            (sub_id, "+" if g > 0 else "-", msgs[x].id)
+            (sub_id, ADD if g > 0 else REMOVE, msgs[x].id)
             for x, g in zip(xs.tolist(), gs.tolist(), strict=True)
         ]

@@ -27,7 +27,7 @@ a run never holds two operations on the same subscription (or message), so the s
 >>> out, tags
 ([[], 0], array([], dtype=int32))
 >>> apply_ops(st, [("move", "s", Point(2, 0.5))], 1.0)[1]
-[[('s', '+', 'm')]]
+[[('s', ADD, 'm')]]
 >>> apply_ops(st, [("pub", Message("n", ("x",), Point(2.5, 0.5)))], 2.0)[1:]
 ([1], array([4], dtype=int32))
 >>> apply_ops(st, [], 20.0)[0]  # m expired: held by the subscription tagged 4

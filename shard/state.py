@@ -4,8 +4,8 @@ One shard owns one partition of space and one ``APPlusTree`` over the subscripti
 ``shard.host.actor`` wraps this class in a Ray actor and only delegates; tests drive it directly.
 
 Every method takes a batch and the time ``now`` (the coordinator reads the clock, the shard never
-does) and returns the updates ``(subscription id, "+" | "-", message id)`` it caused, the
-expirations up to ``now`` first. A client that applies a subscription's updates in order holds
+does) and returns the updates ``(subscription id, sign, message id)`` it caused (a sign is a
+``shard.model.Sign``), the expirations up to ``now`` first. A client that applies a subscription's updates in order holds
 exactly R(s, t) = {live m : m matches s at its current region} (Sect. 4 of the paper).
 
 A batch is validated as a whole before any of it is applied, time included: a bad item raises
@@ -19,9 +19,9 @@ shard exactly as it was, so no update of the batch, not even an expiration, is l
 >>> s.publish_batch([Message("m", ("ipad",), Point(2.5, 0.5), ttl=10.0)], 1.0)
 []
 >>> s.move_batch([("s", Point(2.5, 0.5))], 2.0)
-[('s', '+', 'm')]
+[('s', ADD, 'm')]
 >>> s.detach_batch(["s"], 3.0)
-[('s', '-', 'm')]
+[('s', REMOVE, 'm')]
 >>> ShardState.restore(s.snapshot()).stats()["live_messages"]
 1
 
@@ -65,6 +65,7 @@ from shard.errors import NotFoundError, ValidationError
 from shard.geometry import region_hits_point, region_hits_rect
 from shard.limits import MAX_CLAUSE_TERMS, MAX_CLAUSES, MAX_ID_LEN
 from shard.model import (
+    REMOVE,
     Circle,
     Message,
     Point,
@@ -194,9 +195,9 @@ class ShardState:
         >>> s = ShardState(0)
         >>> _ = s.subscribe_batch([Subscription("a", (("x",),), Rect(0, 0, 1, 1))], 0.0)
         >>> s.publish_batch([Message("m", ("x",), Point(0.5, 0.5), ttl=9.0)], 0.0)
-        [('a', '+', 'm')]
+        [('a', ADD, 'm')]
         >>> s.detach_batch(["a"], 1.0), s.has(["a"])
-        ([('a', '-', 'm')], [False])
+        ([('a', REMOVE, 'm')], [False])
         """
         ids = _validate_ids(ids)
         updates = self._advance_checked(now)
@@ -204,7 +205,7 @@ class ShardState:
         for sub_id in ids:
             if sub_id not in tree:
                 continue
-            updates += [(sub_id, "-", mid) for mid in self._result_ids(sub_id)]
+            updates += [(sub_id, REMOVE, mid) for mid in self._result_ids(sub_id)]
             tree.unsubscribe(sub_id)
         return updates
 
@@ -372,12 +373,12 @@ class ShardState:
             "tree": self.tree.stats(),
         }
 
-    def _check(self) -> None:
+    def check_invariants(self) -> None:
         """Assert the tree's structural invariants."""
         # check_mlists reads one m-list row per node, but a rebuild with no live message leaves
         # the rows ungrown until the next operation needs them: grow them first
         self.tree.sync()
-        self.tree._check()
+        self.tree.check_invariants()
 
     # ---- validation -------------------------------------------------------------------------
     def advance_tagged(self, now: float) -> tuple[list[str], np.ndarray, np.ndarray]:

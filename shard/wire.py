@@ -16,7 +16,8 @@ A round is a list of operations, each a list whose first item says its kind:
 
 An answer is ``[expired ids, holders per id (int64), holders' tags (int32), per-operation
 results, publishes' tags (int32)]``; a per-operation result is a count (publish), a list of
-``[subscription, "+"|"-", message]`` updates, or an error ``{"e": kind, "a": args}``.
+``[subscription, sign, message]`` updates (``shard.model.Sign``'s values, 0 or 1), or an error
+``{"e": kind, "a": args}``.
 
 >>> from shard.model import Message, Point, Rect, Subscription
 >>> s = Subscription("s", (("x",),), Rect(0.0, 0.0, 1.0, 1.0), moving=True)

@@ -21,6 +21,7 @@ from coordinator.server import create_server, stop_server
 from coordinator.settings import Settings
 from coordinator.shards import LocalShard, RayShard
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
+from shard.host.actor import make_shard_actor
 from shard.state import ShardState
 
 FAKE = [sys.executable, str(Path(__file__).with_name("fake_coordinator.py"))]
@@ -98,8 +99,6 @@ class Cluster:
         self.settings = settings
 
     async def __aenter__(self):
-        from shard.host.actor import make_shard_actor
-
         self.actors = []
 
         def factory(k: int):

@@ -53,8 +53,8 @@ def _ray_noise_ignored():
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """A local Ray shared by every test of the session (started on first use, imported lazily so
-    that Ray-free tests never load it)."""
+    """A local Ray shared by every test of the session, started on first use (the modules that
+    launch clusters import Ray with ``shard.host.actor``; the others never load it)."""
     import ray
 
     started = not ray.is_initialized()

@@ -22,9 +22,11 @@ from concurrent import futures
 from pathlib import Path
 
 import grpc
+import redis
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from coordinator.settings import Settings
 from geopubsub.convert import (
     from_proto_location_request,
     from_proto_message,
@@ -39,7 +41,7 @@ from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.brute import subscription_matches
 from shard.errors import ValidationError
 from shard.limits import MAX_MOVE_BATCH
-from shard.model import Subscription
+from shard.model import ADD, REMOVE, Sign, Subscription
 
 
 class FakeGeoPubSub(pb_grpc.GeoPubSubServicer):
@@ -60,7 +62,7 @@ class FakeGeoPubSub(pb_grpc.GeoPubSubServicer):
         """Subscribe requests accepted."""
         self.changed = threading.Condition()
 
-    def _deliver(self, sid: str, sign: str, message: pb.Message) -> pb.Delivery:
+    def deliver(self, sid: str, sign: Sign, message: pb.Message) -> pb.Delivery:
         log = self.logs.setdefault(sid, [])
         delivery = to_proto_delivery(sid, len(log) + 1, sign, message, time=message.time)
         log.append(delivery)
@@ -112,7 +114,7 @@ class FakeGeoPubSub(pb_grpc.GeoPubSubServicer):
             proto = to_proto_message(msg, time=1000.0 + self.published)
             hits = [s.id for s in self.subs.values() if subscription_matches(s, msg)]
             for sid in hits:
-                self._deliver(sid, "+", proto)
+                self.deliver(sid, ADD, proto)
         return pb.PublishResponse(id=msg.id, matched=len(hits))
 
     def PublishStream(self, request_iterator, context):
@@ -130,7 +132,7 @@ class FakeGeoPubSub(pb_grpc.GeoPubSubServicer):
                 if sid not in self.subs:
                     context.abort(grpc.StatusCode.NOT_FOUND, f"subscription {sid!r} not found")
                 gone = pb.Message(id=f"left-{point.lon:g}-{point.lat:g}")
-                updates.append(self._deliver(sid, "-", gone))
+                updates.append(self.deliver(sid, REMOVE, gone))
             return pb.UpdateLocationResponse(updates=updates)
 
     def LocationStream(self, request_iterator, context):
@@ -189,10 +191,6 @@ def serve(
 
 
 def main(argv: list[str] | None = None) -> int:
-    import redis
-
-    from coordinator.settings import Settings
-
     parser = argparse.ArgumentParser()
     for flag in ("config", "host", "redis-url", "ray-address", "data-dir"):
         parser.add_argument(f"--{flag}")

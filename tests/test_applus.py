@@ -20,7 +20,7 @@ from shard.aptree.partition import moving_penalty
 from shard.brute import subscription_matches
 from shard.errors import NotFoundError, ValidationError
 from shard.geometry import EARTH_RADIUS_M, KIND_CIRCLE, KIND_RECT, circle_bbox, region_hits_rect
-from shard.model import Message, Point, Rect, Subscription
+from shard.model import ADD, REMOVE, Message, Point, Rect, Subscription
 from tests.workloads import (
     Mirror,
     as_moving,
@@ -105,9 +105,9 @@ class PlusVersusOracle(RuleBasedStateMachine):
         now = self._tick(dt)
         updates = self.tree.publish_batch(msgs, now)
         # one-shot messages are delivered but not held: check them, then take them back out
-        expire_ups = [u for u in updates if u[1] == "-"]
+        expire_ups = [u for u in updates if u[1] == REMOVE]
         self.mirror.apply(expire_ups)
-        adds = [u for u in updates if u[1] == "+"]
+        adds = [u for u in updates if u[1] == ADD]
         for m in msgs:
             want = {sid for sid, s in self.mirror.subs.items() if subscription_matches(s, m)}
             got = {sid for sid, _, mid in adds if mid == m.id}
@@ -173,7 +173,7 @@ class PlusVersusOracle(RuleBasedStateMachine):
     @invariant()
     def exact(self):
         self.mirror.assert_exact()
-        self.tree._check()
+        self.tree.check_invariants()
 
 
 TestPlusVersusOracle = PlusVersusOracle.TestCase
@@ -187,9 +187,9 @@ def _sub(sid, kw, rect, moving=True):
 def test_expiry_exactly_at_the_boundary():
     t = APPlusTree()
     t.subscribe(_sub("s", ["a"], (0, 0, 1, 1)), now=0.0)
-    assert t.publish(Message("m", ("a",), Point(0.5, 0.5), ttl=2.0), now=1.0) == [("s", "+", "m")]
+    assert t.publish(Message("m", ("a",), Point(0.5, 0.5), ttl=2.0), now=1.0) == [("s", ADD, "m")]
     assert t.advance(2.999) == []
-    assert t.advance(3.0) == [("s", "-", "m")]  # active while now < t + ttl
+    assert t.advance(3.0) == [("s", REMOVE, "m")]  # active while now < t + ttl
     assert t.move("s", Point(0.5, 0.5), now=3.0) == []
 
 
@@ -197,7 +197,7 @@ def test_one_shot_messages_are_not_stored():
     t = APPlusTree()
     t.subscribe(_sub("s", ["a"], (0, 0, 1, 1)), now=0.0)
     assert t.publish(Message("m", ("a",), Point(5, 5)), now=0.0) == []
-    assert t.publish(Message("n", ("a",), Point(0.5, 0.5), ttl=0.0), now=0.0) == [("s", "+", "n")]
+    assert t.publish(Message("n", ("a",), Point(0.5, 0.5), ttl=0.0), now=0.0) == [("s", ADD, "n")]
     assert t.move("s", Point(5, 5), now=1.0) == []
     assert len(t.msgs) == 0
 
@@ -215,7 +215,7 @@ def test_replacement_cancels_common_results():
         now=0.0,
     )
     got = t.subscribe(_sub("s", ["a"], (1, 1, 3, 3)), now=1.0)
-    assert sorted(got) == [("s", "+", "new"), ("s", "-", "old")]
+    assert sorted(got) == [("s", ADD, "new"), ("s", REMOVE, "old")]
 
 
 def test_replacement_with_new_keywords_over_the_same_region():
@@ -225,11 +225,11 @@ def test_replacement_with_new_keywords_over_the_same_region():
     t = APPlusTree(theta_p=2, fanout=4, dup_limit=1)
     t.subscribe(_sub("s", ["a"], world), now=0.0)
     assert t.publish(Message("m", ("a", "x"), Point(20.4, 89.0), ttl=5), now=1.0) == [
-        ("s", "+", "m")
+        ("s", ADD, "m")
     ]
-    assert t.subscribe(_sub("s", ["b"], world), now=1.0) == [("s", "-", "m")]
-    assert t.subscribe(_sub("s", ["x"], world), now=1.0) == [("s", "+", "m")]
-    t._check()
+    assert t.subscribe(_sub("s", ["b"], world), now=1.0) == [("s", REMOVE, "m")]
+    assert t.subscribe(_sub("s", ["x"], world), now=1.0) == [("s", ADD, "m")]
+    t.check_invariants()
 
 
 def test_duplicate_limit_keeps_messages_at_ancestors():
@@ -242,13 +242,13 @@ def test_duplicate_limit_keeps_messages_at_ancestors():
     t = APPlusTree.build(subs, theta_p=4, fanout=16, dup_limit=2)
     terms = tuple(sorted({"a"} | {f"b{i}" for i in range(50)}))
     assert t.publish(Message("wide", terms, Rect(0, 0, 21, 8), ttl=100), now=0.0)
-    t._check()
+    t.check_invariants()
     NI = t._tree[T_NI]
     ML = t._mt[0]
     internal = [u for u in range(int(t._tree[T_CNT][C_NODES])) if ML[u, 1] and NI[u, 0] != LEAF]
     assert internal, "the message should be stored above the leaves"
     ups = t.move("s3", Point(rng.uniform(30, 40), 50), now=1.0)
-    assert ups == [("s3", "-", "wide")]
+    assert ups == [("s3", REMOVE, "wide")]
 
 
 def test_new_keyword_after_messages_is_found():
@@ -257,8 +257,8 @@ def test_new_keyword_after_messages_is_found():
         [_sub(f"s{i}", ["a"], (i, 0, i + 1, 1)) for i in range(100)], theta_p=4, fanout=9
     )
     t.publish(Message("m", ("a", "zzz"), Point(50.5, 0.5), ttl=10), now=0.0)
-    assert t.subscribe(_sub("n", ["zzz"], (50, 0, 51, 1)), now=1.0) == [("n", "+", "m")]
-    t._check()
+    assert t.subscribe(_sub("n", ["zzz"], (50, 0, 51, 1)), now=1.0) == [("n", ADD, "m")]
+    t.check_invariants()
 
 
 def test_errors_name_the_field():
@@ -323,7 +323,7 @@ def test_fast_movers_push_the_tree_towards_keyword_partitions():
                 moves.append((s.id, Point(min(c.lon, 179.0), c.lat)))
             t.move_batch(moves, now=10.0 * step)
         t.rebuild()
-        t._check()
+        t.check_invariants()
         counts[move_cost] = t.stats()["s_nodes"]
     assert counts[True] < counts[False]
 
@@ -399,8 +399,8 @@ def test_a_tree_grown_from_few_promotes_its_dummy_cuts_and_stays_exact(batch):
             m = random_message(rng, f"m{step}-{j}")
             msgs.append(Message(m.id, m.terms, m.location, ttl=4.0))
         ups = tree.publish_batch(msgs, now)
-        mirror.apply([u for u in ups if u[1] == "-"])
-        mirror.apply([u for u in ups if u[1] == "+"])
+        mirror.apply([u for u in ups if u[1] == REMOVE])
+        mirror.apply([u for u in ups if u[1] == ADD])
         for m in msgs:
             mirror.live[m.id] = (m, now + 4.0)
         # 40 new subscriptions a step, a third with a keyword never seen before
@@ -423,7 +423,7 @@ def test_a_tree_grown_from_few_promotes_its_dummy_cuts_and_stays_exact(batch):
             promoted = promoted or tree.stats()["promotions"] > 0
         whole += tree._built_size != built
         mirror.assert_exact()
-        tree._check()
+        tree.check_invariants()
     assert promoted and whole > 0, (promoted, whole)
     assert len(tree) == 60 * 40
 
@@ -461,7 +461,7 @@ def test_a_dummy_is_promoted_once_it_holds_its_share_before_any_kl_check():
     waiting = NI[root, F_WD_CUR] - NI[root, F_WD_OLD]
     assert tree.stats()["promotions"] >= 2 and waiting < 40, (tree.stats(), waiting)
     mirror.assert_exact()
-    tree._check()
+    tree.check_invariants()
 
 
 def _assert_matches_like_the_oracle(tree, subs, rng: random.Random, n: int = 40) -> None:
@@ -470,7 +470,7 @@ def _assert_matches_like_the_oracle(tree, subs, rng: random.Random, n: int = 40)
     for j in range(n):
         m = random_message(rng, f"m{j}")
         assert set(tree.match(m)) == {s.id for s in subs if subscription_matches(s, m)}
-    tree._check()
+    tree.check_invariants()
 
 
 def test_past_the_whole_rebuild_limit_a_root_grown_fourfold_is_rebuilt_with_a_fresh_order(

@@ -1,5 +1,5 @@
 """AP-Tree unit tests: node types, dummy cut/cell, dynamic maintenance, DNF, circles, region
-messages; every tree is ``_check()``-ed after every mutation and compared with the oracle."""
+messages; every tree is ``check_invariants()``-ed after every mutation and compared with the oracle."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from shard.aptree.layout import (
     T_CLO,
     T_NI,
 )
+from shard.aptree.store import SubscriptionStore
 from shard.brute import BruteMatcher
 from shard.errors import NotFoundError, ValidationError
 from shard.model import Circle, Message, Point, Rect, Subscription
@@ -41,7 +42,7 @@ def root_dummy(tree: APTree) -> int:
 def test_small_set_is_one_leaf():
     subs = [Subscription(f"s{i}", (("a",),), Rect(0, 0, 1, 1)) for i in range(5)]
     tree = APTree.build(subs, theta_p=10)
-    tree._check()
+    tree.check_invariants()
     assert root_type(tree) == LEAF
     assert sorted(tree.match(Message("m", ("a",), Point(0.5, 0.5)))) == [f"s{i}" for i in range(5)]
     assert tree.match(Message("m", ("b",), Point(0.5, 0.5))) == []
@@ -54,7 +55,7 @@ def test_keyword_workload_builds_k_node_with_dummy_cut():
         for i in range(400)
     ]
     tree = APTree.build(subs, theta_p=8, fanout=16)
-    tree._check()
+    tree.check_invariants()
     assert root_type(tree) == KNODE
     st = tree.stats()
     assert st["k_nodes"] >= 2
@@ -66,7 +67,7 @@ def test_k_nodes_cut_one_keyword_each_by_default_and_at_most_keyword_fanout_when
     subs = [Subscription(f"s{i}", ((f"k{i % 300}", "z"),), Rect(-1, -1, 1, 1)) for i in range(3000)]
     for options, one_each in (({}, True), ({"keyword_fanout": 20}, False)):
         tree = APTree.build(subs, theta_p=8, **options)
-        tree._check()
+        tree.check_invariants()
         NI, CLO, CHI = tree._tree[T_NI], tree._tree[T_CLO], tree._tree[T_CHI]
         assert root_type(tree) == KNODE
         off, nch = int(NI[0, F_CHOFF]), int(NI[0, F_NCH])
@@ -80,7 +81,7 @@ def test_dummy_cut_holds_exhausted_clauses():
     subs = [Subscription(f"a{i}", (("common", f"x{i}"),), Rect(0, 0, 1, 1)) for i in range(60)]
     subs += [Subscription(f"b{i}", (("common",),), Rect(0, 0, 1, 1)) for i in range(60)]
     tree = APTree.build(subs, theta_p=8, fanout=8)
-    tree._check()
+    tree.check_invariants()
     got = tree.match(Message("m", ("common",), Point(0.5, 0.5)))
     assert sorted(got) == sorted(f"b{i}" for i in range(60))
 
@@ -93,7 +94,7 @@ def test_spatial_workload_builds_s_node_with_dummy_cell():
         subs.append(Subscription(f"s{i}", (("same",),), Rect(x, y, x + 1, y + 1)))
     world = [Subscription(f"w{i}", (("same",),), Rect(-180, -90, 180, 90)) for i in range(30)]
     tree = APTree.build(subs + world, theta_p=8, fanout=16)
-    tree._check()
+    tree.check_invariants()
     assert root_type(tree) == SNODE
     assert root_dummy(tree) >= 0
     brute = BruteMatcher(subs + world)
@@ -110,7 +111,7 @@ def test_dnf_subscription_delivered_once():
     sub = Subscription("s", (("a", "b"), ("a", "c"), ("d",)), Rect(0, 0, 2, 2))
     others = [Subscription(f"o{i}", ((f"q{i}",),), Rect(0, 0, 2, 2)) for i in range(100)]
     tree = APTree.build([sub, *others], theta_p=4, fanout=8)
-    tree._check()
+    tree.check_invariants()
     assert tree.match(Message("m", ("a", "b", "c", "d"), Point(1, 1))) == ["s"]
     assert tree.match(Message("m", ("a",), Point(1, 1))) == []
 
@@ -122,7 +123,7 @@ def test_region_message_reaches_replicated_subscription_once():
         for i in range(500)
     ]
     tree = APTree.build(subs, theta_p=4, fanout=16, max_span=1000)
-    tree._check()
+    tree.check_invariants()
     assert tree.stats()["entries"] > tree.stats()["clauses"]  # replication happened
     got = tree.match(Message("m", ("t",), Rect(-10, -10, 10, 10)))
     assert sorted(got) == sorted(s.id for s in subs)
@@ -133,7 +134,7 @@ def test_circle_is_verified_exactly():
     c = Subscription("c", (("x",),), Circle(10.0, 0.0, 111_195.0))
     filler = [Subscription(f"f{i}", (("x",),), Rect(i, 0, i + 0.1, 0.1)) for i in range(50)]
     tree = APTree.build([c, *filler], theta_p=4, fanout=8)
-    tree._check()
+    tree.check_invariants()
     assert "c" in tree.match(Message("m", ("x",), Point(10.0, 0.999)))
     assert "c" not in tree.match(Message("m", ("x",), Point(10.0, 1.001)))
     # corner of the bounding box is outside the circle
@@ -145,7 +146,7 @@ def test_circle_is_verified_exactly():
 def test_circle_across_antimeridian():
     c = Subscription("c", (("x",),), Circle(179.9, 0.0, 50_000.0))
     tree = APTree.build([c], theta_p=1, fanout=4)
-    tree._check()
+    tree.check_invariants()
     assert tree.match(Message("m", ("x",), Point(-179.9, 0.0))) == ["c"]
     assert tree.match(Message("m", ("x",), Point(-179.0, 0.0))) == []
 
@@ -153,14 +154,14 @@ def test_circle_across_antimeridian():
 def test_subscribe_replaces_and_unsubscribe_unknown_raises():
     tree = APTree.build([Subscription("s", (("a",),), Rect(0, 0, 1, 1))])
     tree.subscribe(Subscription("s", (("b",),), Rect(0, 0, 1, 1)))
-    tree._check()
+    tree.check_invariants()
     assert len(tree) == 1
     assert tree.match(Message("m", ("a",), Point(0, 0))) == []
     assert tree.match(Message("m", ("b",), Point(0, 0))) == ["s"]
     with pytest.raises(NotFoundError):
         tree.unsubscribe("nope")
     tree.unsubscribe("s")
-    tree._check()
+    tree.check_invariants()
     assert len(tree) == 0 and tree.match(Message("m", ("b",), Point(0, 0))) == []
 
 
@@ -170,18 +171,18 @@ def test_leaf_split_and_collapse():
     subs = [random_subscription(rng, f"s{i}") for i in range(300)]
     for s in subs:
         tree.subscribe(s)
-        tree._check()
+        tree.check_invariants()
     st = tree.stats()
     assert st["k_nodes"] + st["s_nodes"] > 0 and st["rebuilds"] > 0  # leaves were split
     for s in subs[:295]:
         tree.unsubscribe(s.id)
-        tree._check()
+        tree.check_invariants()
     assert_same_matches(
         tree, BruteMatcher(subs[295:]), [random_message(rng, f"m{i}") for i in range(100)]
     )
     for s in subs[295:]:
         tree.unsubscribe(s.id)
-        tree._check()
+        tree.check_invariants()
     assert root_type(tree) == LEAF  # collapsed below θp
     assert tree.stats()["nodes"] == 1
 
@@ -193,7 +194,7 @@ def test_kl_divergence_triggers_reconstruction():
     before = tree.stats()["rebuilds"]
     for i in range(1500):
         tree.subscribe(Subscription(f"n{i}", ((f"k{10 + i % 40}",),), Rect(0, 0, 1, 1)))
-    tree._check()
+    tree.check_invariants()
     assert tree.stats()["rebuilds"] > before
     got = tree.match(Message("m", ("k12",), Point(0.5, 0.5)))
     assert sorted(got) == sorted(f"n{i}" for i in range(1500) if 10 + i % 40 == 12)
@@ -211,11 +212,11 @@ def test_a_wide_k_node_is_not_rebuilt_for_growth_that_follows_its_distribution()
     root_built = int(tree._tree[T_NI][0, F_NBUILT])
     for i in range(1000):
         tree.subscribe(sub(f"n{i}", (i * 7919) % 2000))
-    tree._check()
+    tree.check_invariants()
     assert int(tree._tree[T_NI][0, F_NBUILT]) == root_built  # not rebuilt
     for i in range(1500):
         tree.subscribe(sub(f"d{i}", i % 10))
-    tree._check()
+    tree.check_invariants()
     assert int(tree._tree[T_NI][0, F_NBUILT]) > root_built  # rebuilt
     got = tree.match(Message("m", ("k3", "z"), Point(0.5, 0.5)))
     want = [s.id for s in base if s.clauses[0][0] == "k3"] + [
@@ -243,7 +244,7 @@ def test_options_keep_results_exact(options):
     subs = [random_subscription(rng, f"s{i}") for i in range(800)]
     msgs = [random_message(rng, f"m{i}") for i in range(300)]
     tree = APTree.build(subs, theta_p=6, fanout=9, **options)
-    tree._check()
+    tree.check_invariants()
     assert_same_matches(tree, BruteMatcher(subs), msgs)
 
 
@@ -252,7 +253,7 @@ def test_message_sample_probabilities_keep_results_exact():
     subs = [random_subscription(rng, f"s{i}") for i in range(800)]
     msgs = [random_message(rng, f"m{i}") for i in range(300)]
     tree = APTree.build(subs, message_sample=msgs[:100], theta_p=6, fanout=9)
-    tree._check()
+    tree.check_invariants()
     assert tree._params[6] == 1.0
     assert_same_matches(tree, BruteMatcher(subs), msgs)
 
@@ -263,7 +264,7 @@ def test_bulk_load_later_id_replaces_earlier():
         Subscription("s", (("b",),), Rect(0, 0, 1, 1)),
     ]
     tree = APTree.build(subs)
-    tree._check()
+    tree.check_invariants()
     assert len(tree) == 1
     assert tree.match(Message("m", ("a", "b"), Point(0.5, 0.5))) == ["s"]
     assert tree.match(Message("m", ("a",), Point(0.5, 0.5))) == []
@@ -308,8 +309,6 @@ def test_match_encoded_counts_verifications():
 def test_add_many_stores_what_add_stores_one_by_one(seed, gone, batch):
     """The batched ``add_many`` (a shard's round of new subscriptions) leaves every column,
     slot and clause row as ``add`` one by one does, free slots and clause blocks reused."""
-    from shard.aptree.store import SubscriptionStore
-
     rng = random.Random(seed)
     first = [random_subscription(rng, f"a{i}") for i in range(40)]
     later = [random_subscription(rng, f"b{i}") for i in range(batch)]

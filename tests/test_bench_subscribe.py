@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -16,8 +17,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_cpu_seconds_are_read_from_proc():
-    import os
-
     spent = cpu_s(os.getpid())
     sum(i * i for i in range(2_000_000))
     assert cpu_s(os.getpid()) > spent > 0

@@ -19,9 +19,14 @@ import time
 import msgpack
 import pytest
 
+from coordinator import shards as shards_mod
+from coordinator.shards import RayShard
 from shard.errors import UnavailableError
 from shard.host import channel as channel_mod
+from shard.host.actor import make_shard_actor
 from shard.host.channel import Channel, ChannelServer, proof
+from shard.model import Message, Point, Rect, Subscription
+from shard.wire import dumps_ops, loads_result
 
 
 def _echo(payload: bytes, now: float) -> bytes:
@@ -212,10 +217,6 @@ def test_rounds_over_the_channel_equal_rounds_over_ray_and_survive_a_restart(ray
     """Two actors loaded alike, one called through Ray and one through its channel, give the same
     answers to the same rounds; a restart breaks the channel, the next round opens a new one and
     fails UNAVAILABLE until the shard is loaded again."""
-    from coordinator.shards import RayShard
-    from shard.host.actor import make_shard_actor
-    from shard.model import Message, Point, Rect, Subscription
-
     ray = ray_session
     subs = [
         Subscription(f"s{i}", (("x",),), Rect(i, 0, i + 2, 2), moving=i % 2 == 0) for i in range(20)
@@ -276,18 +277,13 @@ def test_a_shard_whose_port_cannot_be_reached_gets_ray_calls_and_is_retried(
 ):
     """A network that lets Ray through but not the channel's port (simulated: connecting fails)
     costs speed, not rounds: they go as Ray calls, and the channel is tried again later."""
-    import coordinator.shards as shards
-    from coordinator.shards import RayShard
-    from shard.host.actor import make_shard_actor
-    from shard.model import Message, Point, Rect, Subscription
-
     ray = ray_session
     real_open = Channel.open
 
     async def firewalled(address, token, name):
         raise UnavailableError(f"{name} unreachable at {address}: [Errno 113] No route to host")
 
-    monkeypatch.setattr(shards.Channel, "open", firewalled)
+    monkeypatch.setattr(shards_mod.Channel, "open", firewalled)
     actor = make_shard_actor(0, {"theta_p": 4})
     shard = RayShard(0, actor)
     pub = [("pub", Message("m", ("x",), Point(0.5, 0.5)))]
@@ -297,7 +293,7 @@ def test_a_shard_whose_port_cannot_be_reached_gets_ray_calls_and_is_retried(
         for now in (1.0, 2.0):  # answered, as Ray calls
             assert list((await shard.apply(pub, now))[2]) == [7]
         assert shard._channel.result() is None
-        monkeypatch.setattr(shards.Channel, "open", real_open)
+        monkeypatch.setattr(shards_mod.Channel, "open", real_open)
         assert list((await shard.apply(pub, 3.0))[2]) == [7]  # not retried yet
         assert shard._channel.result() is None
         shard._retry_at = 0.0  # the retry time has come
@@ -322,10 +318,6 @@ class _Payload:
 @pytest.mark.ray
 def test_a_pickle_sent_to_a_shard_actor_is_refused_unrun(ray_session, tmp_path):
     """Whoever holds the token gets no code run: the shard takes ``shard.wire`` rounds only."""
-    from shard.host.actor import make_shard_actor
-    from shard.model import Message, Point
-    from shard.wire import dumps_ops, loads_result
-
     ray = ray_session
     actor = make_shard_actor(0, {"theta_p": 4})
     ray.get(actor.load_rows.remote([], 0.0))

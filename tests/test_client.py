@@ -13,7 +13,7 @@ import pytest
 from geopubsub.client import Delivery, GeoPubSubClient, PublishResult
 from geopubsub.v1 import geopubsub_pb2 as pb
 from shard.errors import ExpressionError, ValidationError
-from shard.model import Circle, Message, Point, Rect
+from shard.model import ADD, Circle, Message, Point, Rect
 from tests.fake_coordinator import serve
 
 
@@ -179,12 +179,12 @@ def test_stream_results_resumes_after_a_server_restart():
         # comes up on the same port with the same state.
         first.stop(0).wait()
         with fake.changed:
-            fake._deliver("s1", "+", pb.Message(id="m2"))
+            fake.deliver("s1", ADD, pb.Message(id="m2"))
         time.sleep(0.5)
         second, _, _ = serve(fake, port=port)
         try:
             with fake.changed:
-                fake._deliver("s1", "+", pb.Message(id="m3"))
+                fake.deliver("s1", ADD, pb.Message(id="m3"))
             reader.join(timeout=20)
             assert not reader.is_alive()
         finally:

@@ -13,9 +13,13 @@ import sys
 
 import pytest
 
+from coordinator.settings import Settings
+from deploy import local
+from deploy.processes import alive, session_members
 from geopubsub.client import GeoPubSubClient
 from geopubsub.tools import cluster_cli
 from geopubsub.tools.cli import COMMANDS, build_parser, main
+from shard.errors import ValidationError
 from tests.fake_coordinator import serve
 
 
@@ -204,9 +208,6 @@ def test_settings_precedence_file_env_flags(tmp_path, monkeypatch):
 
 
 def test_shard_calls_is_channel_or_ray_and_a_bad_value_is_named():
-    from coordinator.settings import Settings
-    from shard.errors import ValidationError
-
     assert Settings().shard_calls == "channel"
     assert Settings.load(env={"GEOPUBSUB_SHARD_CALLS": "ray"}).shard_calls == "ray"
     with pytest.raises(ValidationError) as e:
@@ -215,9 +216,6 @@ def test_shard_calls_is_channel_or_ray_and_a_bad_value_is_named():
 
 
 def test_resource_limit_settings_load_like_the_others_and_bad_values_are_named():
-    from coordinator.settings import Settings
-    from shard.errors import ValidationError
-
     d = Settings()
     assert (d.max_ttl_s, d.max_live_messages, d.redis_maxmemory_mb) == (86400.0, 1_000_000, 4096)
     s = Settings.load(
@@ -383,9 +381,6 @@ def _is_shard(pid: int) -> bool:
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_up_detached_status_down_with_the_real_coordinator(tmp_path):
-    from deploy import local
-    from deploy.processes import alive, session_members
-
     env = {
         k: v
         for k, v in os.environ.items()

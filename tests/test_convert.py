@@ -12,7 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from geopubsub.convert import (
+    _message_via_dict,
     from_proto_delivery,
+    from_proto_location_request,
     from_proto_location_update,
     from_proto_message,
     from_proto_point,
@@ -27,10 +29,12 @@ from geopubsub.v1 import geopubsub_pb2 as pb
 from shard.errors import ExpressionError, ValidationError
 from shard.limits import MAX_TTL_S
 from shard.model import (
+    ADD,
     Circle,
     Message,
     Point,
     Rect,
+    Sign,
     Subscription,
     message_from_dict,
     subscription_from_dict,
@@ -358,19 +362,31 @@ def test_location_update():
     assert field_exists("point.lon", pb.UpdateLocationRequest)
 
 
-@given(ids, st.integers(1, 2**64 - 1), st.sampled_from("+-"), message_dicts(), st.floats(0, 2e9))
+@given(ids, st.integers(1, 2**64 - 1), st.sampled_from(Sign), message_dicts(), st.floats(0, 2e9))
 def test_delivery_round_trips_to_the_core_update(sid, sequence, sign, d, time):
     message = to_proto_message(message_from_dict(d), time=time - 1)
     delivery = to_proto_delivery(sid, sequence, sign, message, time=time)
-    assert from_proto_delivery(delivery) == (sid, sign, d["id"])
+    got = from_proto_delivery(delivery)
+    assert got == (sid, sign, d["id"]) and got[1] is sign
     assert (delivery.sequence, delivery.time, delivery.message) == (sequence, time, message)
-    assert delivery.kind == (pb.Delivery.ADD if sign == "+" else pb.Delivery.REMOVE)
+    assert delivery.kind == (pb.Delivery.ADD if sign is ADD else pb.Delivery.REMOVE)
     assert pb.Delivery.FromString(delivery.SerializeToString()) == delivery
 
 
+def test_the_core_sign_is_the_proto_kind():
+    # one sign type end to end: the shards' updates, the rounds, the retention log and the
+    # Delivery all carry the same values
+    assert [(s.name, s.value) for s in Sign] == [
+        (n, pb.Delivery.Kind.Value(n)) for n in ("ADD", "REMOVE")
+    ]
+    assert [str(s) for s in Sign] == ["+", "-"]
+
+
 def test_delivery_rejects_an_unknown_sign():
-    with pytest.raises(KeyError):
+    with pytest.raises(ValueError):
         to_proto_delivery("s", 1, "*", pb.Message(id="m"), time=0.0)
+    with pytest.raises(ValueError):  # a gap is no update of the core's
+        from_proto_delivery(pb.Delivery(subscription_id="s", kind=pb.Delivery.GAP))
 
 
 @pytest.mark.parametrize(
@@ -422,8 +438,6 @@ def _message_cases():
 
 
 def test_message_fast_path_equals_the_workload_form_validation():
-    from geopubsub.convert import _message_via_dict
-
     def outcome(f, *args, **kwargs):
         try:
             return "ok", f(*args, **kwargs)
@@ -443,8 +457,6 @@ def test_message_fast_path_equals_the_workload_form_validation():
 
 
 def test_location_requests_single_or_batched_name_the_bad_move():
-    from geopubsub.convert import from_proto_location_request
-
     one = pb.UpdateLocationRequest(id="s", point=pb.Point(lon=1, lat=2))
     assert from_proto_location_request(one, 5) == ([("s", Point(1.0, 2.0))], [""])
     moves = [pb.LocationUpdate(id=f"s{i}", point=pb.Point(lon=i, lat=0)) for i in range(3)]

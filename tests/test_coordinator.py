@@ -11,15 +11,21 @@ import grpc
 import pytest
 import redis
 
+from coordinator import server as server_mod
+from coordinator.engine import ROUNDS_IN_FLIGHT, Engine
+from coordinator.metadata import Metadata
 from coordinator.server import create_server, stop_server
 from coordinator.settings import Settings
 from coordinator.shards import LocalShard
 from deploy.redis_local import RedisServer
+from geopubsub.client import GeoPubSubClient
 from geopubsub.convert import to_proto_subscription
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
-from shard.errors import StoreFullError, ValidationError
-from shard.model import Rect, Subscription, subscription_from_dict
+from shard.errors import OverloadedError, StoreFullError, UnavailableError, ValidationError
+from shard.limits import MAX_SUBSCRIBE_BATCH
+from shard.model import Message, Point, Rect, Subscription, subscription_from_dict
+from shard.partition_map import PartitionMap
 
 
 def _settings(redis_url: str, **kw) -> Settings:
@@ -81,9 +87,6 @@ class CountingShard(LocalShard):
 
 
 def _engine(shards, **kw):
-    from coordinator.engine import Engine
-    from shard.partition_map import PartitionMap
-
     async def on_round(rnd):
         for op, a, b in rnd.spans:
             if not op.future.done():
@@ -94,15 +97,12 @@ def _engine(shards, **kw):
 
 
 def _messages(n: int, prefix: str):
-    from shard.model import Message, Point
-
     return [Message(f"{prefix}{i}", ("x",), Point(-10.0 + (i % 2) * 20.0, 0.0)) for i in range(n)]
 
 
 def test_a_light_load_gathers_into_few_rounds_and_a_heavy_one_keeps_shards_busy():
     """While a round is at the shards, what trickles in waits for it and goes out together;
     a full round's worth goes out at once, up to ROUNDS_IN_FLIGHT rounds at a shard."""
-    from coordinator.engine import ROUNDS_IN_FLIGHT
 
     async def main():
         shards = [CountingShard(k, 0.03) for k in range(2)]
@@ -129,9 +129,6 @@ def test_a_round_loop_that_dies_answers_unavailable_and_says_so():
     """A bug in the delivery stage must not leave callers waiting for their deadlines: the
     round's callers, the waiting ones and every later one get UNAVAILABLE naming the error,
     and ``on_failure`` hears of it (the server's health check)."""
-    from coordinator.engine import Engine
-    from shard.errors import UnavailableError
-    from shard.partition_map import PartitionMap
 
     async def main():
         failures = []
@@ -159,8 +156,6 @@ def test_a_round_loop_that_dies_answers_unavailable_and_says_so():
 def test_stored_messages_past_max_live_messages_are_refused_whole_until_some_expire():
     """Stored messages count while they wait for their round and while live; a batch that
     would pass the cap queues nothing; one-shot messages never count; an expiry frees room."""
-    from shard.errors import OverloadedError
-    from shard.model import Message, Point
 
     async def main():
         t = [1000.0]
@@ -356,8 +351,6 @@ def test_one_subscription_is_written_whole_or_not_at_all_at_the_maxmemory_border
     """Swept across the border of Redis's maxmemory, ``put_subscriptions`` of one subscription
     (a Subscribe) leaves all of it or none (a pipeline left parts: the hash without the id in
     the set, or the reverse)."""
-    from coordinator.metadata import Metadata
-
     server, raw = small_redis
     ns = uuid.uuid4().hex
     big = subscription_from_dict(  # ~2.5 kB written: the border falls inside it
@@ -400,9 +393,6 @@ def test_subscribe_and_unsubscribe_batches_are_checked_and_applied_whole(redis_u
     nothing; an unknown id in an Unsubscribe batch is NOT_FOUND and removes none; a good batch
     reaches Redis (ephemeral flags included), the engine and the shards; the client's
     ``subscribe_many`` / ``unsubscribe_many`` send such batches."""
-    from geopubsub.client import GeoPubSubClient
-    from shard.limits import MAX_SUBSCRIBE_BATCH
-
     invalid = grpc.StatusCode.INVALID_ARGUMENT
     raw = redis.Redis.from_url(redis_url)
 
@@ -484,8 +474,6 @@ def test_subscribe_and_unsubscribe_batches_are_checked_and_applied_whole(redis_u
 
 def test_a_subscribe_batch_is_written_whole_or_not_at_all_at_the_maxmemory_border(small_redis):
     """The same sweep for a batch of five (with ephemeral flags): one transaction."""
-    from coordinator.metadata import Metadata
-
     server, raw = small_redis
     ns = uuid.uuid4().hex
     batch = [
@@ -523,8 +511,6 @@ def test_a_subscribe_batch_is_written_whole_or_not_at_all_at_the_maxmemory_borde
 def test_stop_returns_even_if_the_health_watch_loses_its_cancellation(redis_url, monkeypatch):
     """What hung a CI run for 80 minutes: ``stop`` awaited the health watch task, whose
     cancellation a library call swallowed (simulated here), so it slept and looped forever."""
-    from coordinator import server as server_mod
-
     real = server_mod.Coordinator._check_health
 
     async def swallowing(self):

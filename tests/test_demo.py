@@ -15,6 +15,7 @@ import pytest
 
 from deploy import local
 from deploy.processes import alive
+from geopubsub.tools.gen import generate
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -83,8 +84,6 @@ def test_demo_interrupted_stops_the_cluster(tmp_path):
 
 
 def test_bench_e2e_reports_the_three_phases_and_equal_matches(tmp_path):
-    from geopubsub.tools.gen import generate
-
     generate(2000, 500, tmp_path, seed=3, moving_share=0.2, region_msg_share=0.1)
     argv = [sys.executable, "-m", "geopubsub.tools.cli", "bench", "e2e"]
     argv += ["--subs", str(tmp_path / "subs.jsonl"), "--msgs", str(tmp_path / "msgs.jsonl")]

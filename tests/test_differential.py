@@ -1,6 +1,6 @@
 """Differential tests: the AP-Tree against the brute-force oracle, on Hypothesis-drawn workloads
 (AND and DNF, rects and circles, points and rect messages, lattice/boundary coordinates) and in a
-state machine interleaving subscribe, unsubscribe and match with ``_check()`` after each step."""
+state machine interleaving subscribe, unsubscribe and match with ``check_invariants()`` after each step."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def test_bulk_built_tree_matches_oracle(seed, n_subs, options):
     subs = [random_subscription(rng, f"s{i}") for i in range(n_subs)]
     msgs = [random_message(rng, f"m{i}") for i in range(60)]
     tree = APTree.build(subs, **options)
-    tree._check()
+    tree.check_invariants()
     assert_same_matches(tree, BruteMatcher(subs), msgs)
 
 
@@ -98,7 +98,7 @@ class TreeVersusOracle(RuleBasedStateMachine):
 
     @invariant()
     def structure_holds(self):
-        self.tree._check()
+        self.tree.check_invariants()
         assert len(self.tree) == len(self.oracle)
 
 
@@ -135,7 +135,7 @@ def test_seeded_stress_dynamic():
             oracle.subscribe(sub)
             live.append(sub.id)
         if step % 250 == 0:
-            tree._check()
+            tree.check_invariants()
             assert_same_matches(tree, oracle, [random_message(rng, f"m{i}") for i in range(40)])
-    tree._check()
+    tree.check_invariants()
     assert_same_matches(tree, oracle, [random_message(rng, f"m{i}") for i in range(200)])

@@ -329,7 +329,7 @@ def test_a_message_expired_on_one_shard_while_its_other_is_down_is_removed_once_
                     break
             assert await shape(node.stub, "near") == once
             assert await shape(node.stub, "far") == once[:1]
-            assert node.app.engine.owed == {"brief": frozenset({1})}
+            assert node.app.engine.live.owed == {"brief": frozenset({1})}
             await node.crash()
             if back_first:
                 SwitchedShard.down = set()
@@ -343,7 +343,7 @@ def test_a_message_expired_on_one_shard_while_its_other_is_down_is_removed_once_
                 "near": once,
                 "far": once,
             }
-            assert "brief" not in node.app.engine.live and node.app.engine.owed == {}
+            assert "brief" not in node.app.engine.live and node.app.engine.live.owed == {}
             assert await node.app.md.hgetall(node.app.log.owed_key) == {}
         finally:
             SwitchedShard.down = set()

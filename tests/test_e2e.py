@@ -12,12 +12,15 @@ import uuid
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from coordinator.metadata import Metadata
+from geopubsub.client import Endpoint, request_reload
 from geopubsub.convert import to_proto_message, to_proto_subscription
 from geopubsub.v1 import geopubsub_pb2 as pb
 from shard.applus import APPlusTree
 from shard.brute import subscription_matches
-from shard.model import Message, Point, Rect, Subscription
+from shard.model import ADD, REMOVE, Message, Point, Rect, Sign, Subscription
 from tests.clusters import Cluster, coordinator_settings
 from tests.workloads import random_message, random_subscription
 
@@ -118,9 +121,7 @@ def test_moving_across_the_shard_boundary_equals_the_in_process_tree(ray_session
                 r = await c.stub.UpdateLocation(
                     pb.UpdateLocationRequest(id="walker", point=pb.Point(lon=p.lon, lat=p.lat))
                 )
-                got = sorted(
-                    ("+" if d.kind == pb.Delivery.ADD else "-", d.message.id) for d in r.updates
-                )
+                got = sorted((Sign(d.kind), d.message.id) for d in r.updates)
                 want = sorted((g, m) for _, g, m in ref.move("walker", p, float(t)))
                 assert got == want, (t, p)
             assert c.app.engine.placement["walker"] == (0,)
@@ -217,8 +218,6 @@ def test_restart_keeps_subscriptions_and_sequences(ray_session, redis_url):
 
 
 def test_invalid_requests_name_the_field_and_health_says_serving(ray_session, redis_url):
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-
     async def main():
         async with Cluster(coordinator_settings(redis_url, uuid.uuid4().hex)) as c:
             health = health_pb2_grpc.HealthStub(c.channel)
@@ -250,8 +249,6 @@ def test_invalid_requests_name_the_field_and_health_says_serving(ray_session, re
 
 
 def test_a_dead_round_loop_answers_unavailable_and_health_says_not_serving(ray_session, redis_url):
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-
     async def main():
         async with Cluster(coordinator_settings(redis_url, uuid.uuid4().hex)) as c:
 
@@ -418,9 +415,6 @@ def test_a_durable_subscription_made_ephemeral_keeps_numbering_after_its_log(
 
 def test_reload_serves_subscriptions_written_to_redis_behind_its_back(ray_session, redis_url):
     """What ``geopubsub load --coordinator`` does: subscriptions land in Redis, Reload rebuilds."""
-    from coordinator.metadata import Metadata
-    from geopubsub.client import Endpoint, request_reload
-
     rng = random.Random(21)
     subs = [random_subscription(rng, f"L{i}") for i in range(50)]
     probe = random_message(rng, "probe")
@@ -498,13 +492,13 @@ def test_batched_publish_equals_the_oracle_and_a_bad_batch_publishes_nothing(
     run(main())
 
 
-def _applied(updates: list[tuple[str, str]], held: set[str]) -> set[str]:
+def _applied(updates: list[tuple[Sign, str]], held: set[str]) -> set[str]:
     """The result set after ``updates`` in order, from ``held``; each must add a message not
     held or remove one held."""
     held = set(held)
     for g, m in updates:
-        assert (m in held) == (g == "-"), (g, m)
-        (held.add if g == "+" else held.remove)(m)
+        assert (m in held) == (g == REMOVE), (g, m)
+        (held.add if g == ADD else held.remove)(m)
     return held
 
 
@@ -561,14 +555,10 @@ def test_batched_moves_equal_the_in_process_tree_and_a_bad_batch_moves_nothing(
 
             got = {s.id: [] for s in movers}
             async for d in c.stub.LocationStream(requests()):
-                got[d.subscription_id].append(
-                    ("+" if d.kind == pb.Delivery.ADD else "-", d.message.id)
-                )
+                got[d.subscription_id].append((Sign(d.kind), d.message.id))
             r = await c.stub.UpdateLocation(request(moves[50:]))
             for d in r.updates:
-                got[d.subscription_id].append(
-                    ("+" if d.kind == pb.Delivery.ADD else "-", d.message.id)
-                )
+                got[d.subscription_id].append((Sign(d.kind), d.message.id))
             for s in movers:
                 assert sorted(got[s.id]) == sorted(want[s.id]), s.id
                 held = first[s.id]  # in order, too

@@ -19,7 +19,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from coordinator.server import REDIS_HEALTH, create_server, shard_health_name, stop_server
+from coordinator.health import REDIS_HEALTH, shard_health_name
+from coordinator.server import create_server, stop_server
 from coordinator.settings import Settings
 from coordinator.shards import RayShard
 from deploy.redis_local import RedisServer
@@ -27,6 +28,7 @@ from geopubsub.convert import to_proto_message, to_proto_subscription
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.brute import subscription_matches
+from shard.host.actor import make_shard_actor
 from shard.model import Message, Point, Rect, Subscription
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ray]
@@ -56,8 +58,6 @@ class Cluster:
         self.actors: dict[int, list] = {}
 
     async def __aenter__(self):
-        from shard.host.actor import make_shard_actor
-
         s = self.settings
 
         def factory(k: int) -> RayShard:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import json
 import math
 import threading
 import uuid
@@ -26,6 +27,7 @@ from coordinator.shards import LocalShard
 from deploy.redis_local import RedisServer
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
+from loader import transform
 from shard.host.warmup import warm_up_shard
 
 DOCUMENTED = {
@@ -333,8 +335,6 @@ _ROW = st.dictionaries(
 
 
 def _lines() -> st.SearchStrategy:
-    import json
-
     return st.lists(
         st.one_of(
             _ROW.map(lambda d: json.dumps(d, allow_nan=True)),
@@ -352,8 +352,6 @@ def _lines() -> st.SearchStrategy:
 def test_every_loader_row_is_kept_or_rejected_with_a_reason_never_an_exception(lines):
     """What the Spark job's executors run on each row (``loader.transform``): a row is an OK
     record or a BAD one with a reason, whatever it holds; the job never fails on a row."""
-    from loader import transform
-
     for payload, raw in (
         (transform.jsonl_payload, lines),
         (transform.csv_payload, [line.replace("\n", " ") for line in lines]),

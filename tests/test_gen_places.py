@@ -9,6 +9,7 @@ import pytest
 
 from geopubsub.tools.gen_places import MSG_TERMS, SUB_TERMS, generate_places, load_places
 from shard.brute import BruteMatcher
+from shard.errors import ValidationError
 from shard.limits import MAX_TERM_LEN
 from shard.workload import read_messages, read_subscriptions
 
@@ -77,8 +78,6 @@ def test_bad_shares_are_refused_naming_the_flag(tmp_path):
 
 
 def test_the_library_call_checks_its_options_before_reading_places(tmp_path):
-    from shard.errors import ValidationError
-
     with pytest.raises(ValidationError) as e:
         generate_places(10, 10, tmp_path, min_area=0.5, max_area=0.1, places=None)
     assert e.value.field == "--min-area"

@@ -39,7 +39,7 @@ def test_inverted_list_matches_oracle(seed, n_subs, vocab_size):
     msgs += [random_message(rng, f"f{i}", FOREIGN) for i in range(5)]  # no term in common
     msgs += [random_message(rng, f"x{i}", vocab + FOREIGN) for i in range(10)]
     index = InvertedList.build(subs)
-    index._check()
+    index.check_invariants()
     assert len(index) == n_subs
     oracle = BruteMatcher(subs)
     assert_same_matches(index, oracle, msgs)
@@ -57,7 +57,7 @@ def test_inverted_list_over_an_aptree_store_matches_oracle(seed):
     msgs = [random_message(rng, f"m{i}") for i in range(40)]
     tree = APTree.build(subs, theta_p=4, fanout=8)
     index = InvertedList.from_store(tree.store)
-    index._check()
+    index.check_invariants()
     oracle = BruteMatcher(subs)
     assert_same_matches(index, oracle, msgs)
     tree.subscribe(Subscription("new", (("brand-new-term",),), Rect(-180, -90, 180, 90)))
@@ -69,7 +69,7 @@ def test_dnf_subscription_reported_once_and_empty_batch():
     sub = Subscription("s", (("a",), ("b",), ("a", "c")), Rect(0, 0, 1, 1))
     other = Subscription("t", (("a", "b"),), Circle(0.5, 0.5, 1000.0))
     index = InvertedList.build([sub, other])
-    index._check()
+    index.check_invariants()
     assert index.match(Message("m", ("a", "b", "c"), Point(0.5, 0.5))) in (["s", "t"], ["t", "s"])
     assert index.match(Message("m", ("a", "b", "c"), Point(0.9, 0.9))) == ["s"]  # outside circle
     assert index.match(Message("m", ("c",), Point(0.5, 0.5))) == []
@@ -97,7 +97,7 @@ def test_clause_filed_under_its_rarest_term():
     subs = [Subscription(f"c{i}", (("common", f"r{i}"),), Rect(0, 0, 1, 1)) for i in range(5)]
     subs += [Subscription("only", (("common",),), Rect(0, 0, 1, 1))]
     index = InvertedList.build(subs)
-    index._check()
+    index.check_invariants()
     vocab = index.store.vocab
     lens = np.diff(index._start)
     assert lens[vocab["common"]] == 1  # only the clause that has no rarer term
@@ -109,10 +109,10 @@ def test_clause_filed_under_its_rarest_term():
 def test_check_detects_a_misfiled_clause():
     subs = [Subscription(f"c{i}", (("common", f"r{i}"),), Rect(0, 0, 1, 1)) for i in range(3)]
     index = InvertedList.build(subs)
-    index._check()
+    index.check_invariants()
     index._sub[0] = index._sub[1]
     with pytest.raises(AssertionError):
-        index._check()
+        index.check_invariants()
 
 
 def test_clause_without_terms_matches_every_message_in_its_region():
@@ -122,7 +122,7 @@ def test_clause_without_terms_matches_every_message_in_its_region():
         Subscription("kw", (("a",),), Rect(0, 0, 1, 1)),
     ]
     index = InvertedList.build(subs)
-    index._check()
+    index.check_invariants()
     msgs = [
         Message("m1", ("zzz",), Point(0.5, 0.5)),
         Message("m2", ("a",), Point(0.5, 0.5)),
@@ -138,7 +138,7 @@ def test_repeated_id_replaces_the_earlier_subscription():
         Subscription("s", (("b",),), Rect(0, 0, 1, 1)),
     ]
     index = InvertedList.build(subs)
-    index._check()
+    index.check_invariants()
     assert len(index) == 1
     assert index.match(Message("m", ("a",), Point(0.5, 0.5))) == []
     assert index.match(Message("m", ("b",), Point(0.5, 0.5))) == ["s"]

@@ -6,17 +6,33 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
+import subprocess
+import sys
 import uuid
 import warnings
+from concurrent import futures
+from pathlib import Path
 
+import grpc
 import numpy as np
 import pytest
 import redis
 
+import loader.job
 import shard.model
+from coordinator.metadata import Metadata
+from coordinator.settings import Settings
+from deploy.local import CONFIG_FILE, write_settings
+from geopubsub.convert import to_proto_message
+from geopubsub.tools.cli import main as cli_main
+from geopubsub.tools.gen import generate
+from geopubsub.v1 import geopubsub_pb2 as pb
 from loader import transform
+from loader.convert import convert
 from loader.job import run, spark_session
+from shard.brute import subscription_matches
 from shard.errors import ValidationError
 from shard.geometry import region_bbox
 from shard.model import subscription_from_dict, subscription_to_dict
@@ -186,8 +202,6 @@ def test_rejects_name_file_line_and_the_core_reason(spark, redis_url, tmp_path):
 def test_csv_and_parquet_inputs_load_the_same_and_reject_by_line_and_row(
     spark, redis_url, tmp_path
 ):
-    from loader.convert import convert
-
     rng = random.Random(4)
     rows = _good(rng, 150)
     path = tmp_path / "subs.jsonl"
@@ -282,9 +296,6 @@ def test_an_ephemeral_load_marks_every_subscription_and_a_durable_one_unmarks_th
 def test_the_partition_map_is_balanced_from_a_sample(spark, redis_url, tmp_path, monkeypatch):
     """Bound: with s sampled centres, each of P parts owns n/P ± 5 % of the subscriptions (the
     quantile error of a sample of 5,000 is ~0.7 % of n per cut: 5 % is far outside noise)."""
-    import loader.job
-    from geopubsub.tools.gen import generate
-
     generate(20000, 1, tmp_path, seed=3)  # clustered, skewed centres
     monkeypatch.setattr(loader.job, "DEFAULT_SAMPLE", 5000)
     parts = 4
@@ -317,11 +328,6 @@ def test_the_partition_map_is_balanced_from_a_sample(spark, redis_url, tmp_path,
 def test_loaded_subscriptions_are_read_by_the_coordinator_and_match_like_the_oracle(
     spark, redis_url, tmp_path, ray_session
 ):
-    from coordinator.metadata import Metadata
-    from geopubsub.convert import to_proto_message
-    from geopubsub.v1 import geopubsub_pb2 as pb
-    from shard.brute import subscription_matches
-
     rng = random.Random(6)
     rows = _good(rng, 250)
     path = tmp_path / "subs.jsonl"
@@ -357,13 +363,7 @@ def test_the_load_command_finds_the_local_cluster_and_asks_for_a_reload(
 ):
     """``--coordinator`` of a cluster in ``--data-dir``: its Redis, namespace and shards come from
     its files; a coordinator without the Reload RPC is told about, with the restart to do."""
-    import grpc
-
-    from coordinator.settings import Settings
-    from deploy.local import CONFIG_FILE, write_settings
-    from geopubsub.tools.cli import main
-
-    server = grpc.server(__import__("concurrent.futures").futures.ThreadPoolExecutor(1))
+    server = grpc.server(futures.ThreadPoolExecutor(1))
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()  # a gRPC server with no services: every method is UNIMPLEMENTED
     try:
@@ -380,7 +380,9 @@ def test_the_load_command_finds_the_local_cluster_and_asks_for_a_reload(
         write_jsonl(path, _good(random.Random(7), 30))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ResourceWarning)
-            code = main(["load", str(path), "--coordinator", target, "--data-dir", str(tmp_path)])
+            code = cli_main(
+                ["load", str(path), "--coordinator", target, "--data-dir", str(tmp_path)]
+            )
         assert code == 0
         out, err = capsys.readouterr()
         assert "loaded 30 subscriptions (30 new" in out
@@ -397,11 +399,6 @@ def test_the_load_command_finds_the_local_cluster_and_asks_for_a_reload(
 def test_the_job_runs_under_spark_submit(redis_url, tmp_path):
     """``spark-submit loader/job.py`` (the way onto a Spark cluster): same counts, same rejects
     file, a namespace of its own."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
     bin_dir = Path(sys.executable).parent
     rows = _good(random.Random(11), 40) + [BAD_ROWS[2]]
     path = tmp_path / "subs.jsonl"

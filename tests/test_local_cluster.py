@@ -18,7 +18,7 @@ import redis
 
 from coordinator.settings import Settings
 from deploy import local
-from deploy.processes import alive, session_members
+from deploy.processes import alive, free_port, session_members
 from deploy.redis_local import RedisServer, ping
 from shard.errors import UnavailableError
 from tests.clusters import FAKE, launch, launch_settings
@@ -197,8 +197,6 @@ def test_an_external_redis_is_used_and_left_running(tmp_path):
 
 
 def test_an_unreachable_redis_url_fails_fast(tmp_path):
-    from deploy.processes import free_port
-
     url = f"redis://127.0.0.1:{free_port()}/0"
     with pytest.raises(UnavailableError, match="not reachable"):
         local.start(launch_settings(tmp_path, redis_url=url), command=FAKE)

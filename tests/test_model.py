@@ -3,6 +3,9 @@ field and the value; good input round-trips."""
 
 from __future__ import annotations
 
+import pickle
+import random
+
 import pytest
 
 from shard.errors import ExpressionError, ValidationError
@@ -15,7 +18,10 @@ from shard.model import (
     message_to_dict,
     subscription_from_dict,
     subscription_to_dict,
+    subscriptions_from_rows,
+    subscriptions_to_rows,
 )
+from tests.workloads import random_subscription
 
 GOOD_SUB = {"id": "s1", "keywords": ["iPad", "Discount"], "rect": [0, 0, 1, 1]}
 GOOD_MSG = {"id": "m1", "keywords": ["ipad"], "point": [0.5, 0.5]}
@@ -190,12 +196,6 @@ def test_message_round_trip(d):
 
 
 def test_subscriptions_survive_the_rows_sent_to_shard_actors():
-    import pickle
-    import random
-
-    from shard.model import subscriptions_from_rows, subscriptions_to_rows
-    from tests.workloads import random_subscription
-
     rng = random.Random(12)
     subs = [random_subscription(rng, f"s{i}") for i in range(300)]
     subs.append(subscription_from_dict({"id": "k", "keywords": ["iPad"], "circle": [1, 2, 3]}))

@@ -1,7 +1,7 @@
 """The index core and the shard's state load no ray, grpc, pyspark or redis module (checked in a
-fresh interpreter); only ``shard.host.actor`` may import Ray. Every module imports at its top:
-only the heavy optional packages (ray, pyspark) are imported inside the functions that use
-them."""
+fresh interpreter); only ``shard.host.actor`` may import Ray. Every module, the tests' own
+included, imports at its top: only the heavy optional packages (ray, pyspark) are imported inside
+the functions that use them."""
 
 from __future__ import annotations
 
@@ -15,18 +15,11 @@ FORBIDDEN = ("ray", "grpc", "pyspark", "redis")
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("shard", "coordinator", "loader", "deploy", "geopubsub")
+TESTS = ROOT / "tests"
 GENERATED = ROOT / "geopubsub" / "v1"
 """The generated gRPC stubs: not checked."""
 IN_FUNCTION_ALLOWED = frozenset({"ray", "pyspark"})
 """The top-level packages a function may import itself: heavy and optional, loaded where used."""
-IN_FUNCTION_FOR_NOW: dict[str, set[str]] = {  # shard: being removed
-    "shard/applus/check.py": {"shard.applus.mlists"},
-    "shard/applus/tree.py": {"shard.applus.check"},
-    "shard/aptree/store.py": {"shard.errors"},
-    "shard/aptree/tree.py": {"shard.aptree.layout", "shard.aptree.check"},
-    "shard/events.py": {"shard.model"},
-    "shard/model.py": {"shard.expr"},
-}
 
 
 def test_core_imports_no_io_frameworks():
@@ -97,21 +90,30 @@ def test_in_function_imports_are_found():
     ]
 
 
+def checked_modules() -> list[Path]:
+    """The packages' modules (but the generated stubs) and the tests' own (``tests/*.py``)."""
+    paths = [p for package in PACKAGES for p in sorted((ROOT / package).rglob("*.py"))]
+    paths = [p for p in paths if not p.is_relative_to(GENERATED)]
+    return paths + sorted(TESTS.glob("*.py"))
+
+
+def test_the_packages_and_the_tests_are_checked():
+    checked = {p.relative_to(ROOT).as_posix() for p in checked_modules()}
+    assert {"shard/host/actor.py", "tests/conftest.py", "tests/clusters.py"} <= checked
+    assert not any(p.startswith("geopubsub/v1/") for p in checked)
+
+
 def test_imports_are_at_module_level_but_ray_and_pyspark():
     """A module says what it needs at its top; an import inside a function hides a dependency
-    (or an import cycle, or a layer crossed the wrong way) until that function runs."""
+    (or an import cycle, or a layer crossed the wrong way) until that function runs. The tests
+    follow the same rule (an import in a ``subprocess`` code string is text, not an import)."""
     bad = []
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            if path.is_relative_to(GENERATED):
+    for path in checked_modules():
+        rel = path.relative_to(ROOT).as_posix()
+        for line, module, function in in_function_imports(path.read_text(encoding="utf-8")):
+            if module.split(".")[0] in IN_FUNCTION_ALLOWED:
                 continue
-            rel = path.relative_to(ROOT).as_posix()
-            for line, module, function in in_function_imports(path.read_text(encoding="utf-8")):
-                if module.split(".")[0] in IN_FUNCTION_ALLOWED:
-                    continue
-                if module in IN_FUNCTION_FOR_NOW.get(rel, ()):
-                    continue
-                bad.append(f"{rel}:{line}: {module} (in {function})")
+            bad.append(f"{rel}:{line}: {module} (in {function})")
     assert not bad, (
         "imported inside a function (import it at the top of the module; only "
         f"{sorted(IN_FUNCTION_ALLOWED)} may be imported where used):\n" + "\n".join(bad)

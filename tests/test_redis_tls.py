@@ -10,6 +10,7 @@ import json
 import os
 import secrets
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from deploy import local
 from deploy.processes import free_port
 from deploy.redis_local import find_redis_server
 from deploy.tls import local_tls
+from geopubsub.tools.gen import generate
 from tests.cli import run_geopubsub
 
 pytestmark = pytest.mark.redis
@@ -64,8 +66,6 @@ class TlsRedis:
             except redis.ConnectionError:
                 if self.proc.poll() is not None:
                     raise RuntimeError((self.dir / "redis.log").read_text()) from None
-                import time
-
                 time.sleep(0.1)
         else:
             raise RuntimeError("TLS redis-server did not answer")
@@ -100,8 +100,6 @@ def test_the_tls_redis_refuses_plaintext_and_a_wrong_ca(tls_redis, tmp_path):
 
 @pytest.mark.slow
 def test_a_secured_cluster_on_a_tls_redis_loads_and_serves(tls_redis, tmp_path):
-    from geopubsub.tools.gen import generate
-
     env = {k: v for k, v in os.environ.items() if not k.startswith("GEOPUBSUB_")}
     where = ["--data-dir", str(tmp_path / "cluster")]
     generate(1500, 400, tmp_path, seed=5, moving_share=0.2, region_msg_share=0.1)

@@ -6,6 +6,8 @@ a GAP, and a publish retried with the same id is not delivered twice."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 import uuid
 
@@ -19,6 +21,7 @@ from coordinator.retention import SREC, RoundLog, directory_of, encode_round, me
 from coordinator.server import stop_server
 from coordinator.shards import LocalShard
 from deploy.redis_local import RedisServer
+from geopubsub.client import GeoPubSubClient
 from geopubsub.convert import to_proto_message, to_proto_subscription
 from geopubsub.v1 import geopubsub_pb2 as pb
 from shard.model import Message, Point, Rect, Subscription
@@ -332,8 +335,6 @@ def test_an_id_subscribed_again_is_a_new_subscription_to_its_stream(redis_url, a
 
 
 def test_the_python_client_surfaces_a_gap(redis_url):
-    from geopubsub.client import GeoPubSubClient
-
     async def main():
         async with Node(coordinator_settings(redis_url, uuid.uuid4().hex)) as a:
             await a.stub.Subscribe(_sub("e", ephemeral=True))
@@ -504,8 +505,6 @@ def test_while_redis_is_down_new_operations_are_refused_and_the_log_heals_itself
     new operations answer UNAVAILABLE at once naming the log, and once a redis-server is back
     on the same port and data the stuck round is written, answered and streamed, and publishing
     works again: nothing acknowledged is lost, nothing delivered twice."""
-    import os
-    import signal
 
     async def main():
         server = RedisServer(tmp_path).start()

@@ -4,11 +4,13 @@ gives; errors and a restart cross the actor boundary intact."""
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 
 import pytest
 
+import shard.host.actor
 from shard.errors import UnavailableError, ValidationError
 from shard.host.actor import ShardActor, make_shard_actor
 from shard.model import Message, Point, Rect, Subscription, subscriptions_to_rows
@@ -139,10 +141,6 @@ def test_actor_body_is_the_plain_state_outside_ray():
 def test_a_slow_round_is_logged_with_what_it_did(monkeypatch, caplog):
     """A round over ``SLOW_ROUND_S`` is logged with its operations by kind and the subtrees it
     rebuilt; a quick one is not."""
-    import logging
-
-    import shard.host.actor
-
     body = ShardActor(2, {"theta_p": 4})
     subs = [Subscription(f"s{i}", ((f"t{i % 7}",),), Rect(i, 0, i + 1, 1)) for i in range(40)]
     body.load_rows(subscriptions_to_rows(subs[:1]), 0.0)

@@ -18,7 +18,7 @@ from shard.applus import recentre
 from shard.brute import subscription_matches
 from shard.errors import NotFoundError, ValidationError
 from shard.geometry import region_centre
-from shard.model import Circle, Message, Point, Rect, Subscription
+from shard.model import ADD, REMOVE, Circle, Message, Point, Rect, Subscription
 from shard.state import SNAPSHOT_VERSION, ShardState, _publish_time
 from tests.workloads import (
     Mirror,
@@ -86,7 +86,7 @@ class ShardVersusOracle(RuleBasedStateMachine):
         ids = self._pick(rng, k) + ["never-subscribed"]
         now = self._tick(dt)
         updates = self.state.unsubscribe_batch(ids, now)
-        assert all(sign == "-" for _, sign, _ in updates)  # expirations only
+        assert all(sign == REMOVE for _, sign, _ in updates)  # expirations only
         self.mirror.apply(updates)
         for sid in ids:
             self.mirror.subs.pop(sid, None)
@@ -127,8 +127,8 @@ class ShardVersusOracle(RuleBasedStateMachine):
             msgs.append(Message(m.id, m.terms, m.location, ttl=ttl))
         now = self._tick(dt)
         updates = self.state.publish_batch(msgs, now)
-        self.mirror.apply([u for u in updates if u[1] == "-"])
-        adds = [u for u in updates if u[1] == "+"]
+        self.mirror.apply([u for u in updates if u[1] == REMOVE])
+        adds = [u for u in updates if u[1] == ADD]
         for m in msgs:
             want = {sid for sid, s in self.mirror.subs.items() if subscription_matches(s, m)}
             assert {sid for sid, _, mid in adds if mid == m.id} == want
@@ -221,7 +221,7 @@ class ShardVersusOracle(RuleBasedStateMachine):
     def exact(self):
         self.mirror.assert_exact()
         assert len(self.state) == len(self.mirror.subs)
-        self.state._check()
+        self.state.check_invariants()
 
 
 TestShardVersusOracle = ShardVersusOracle.TestCase
@@ -250,7 +250,7 @@ def test_restore_reproduces_every_future_update(seed):
         assert canonical(a) == canonical(b), f"op {i} {op[0]}: {a} != {b}"
         total += len(a)
     assert total > 50  # the comparison saw real traffic
-    restored._check()
+    restored.check_invariants()
 
 
 def test_restore_keeps_expiry_to_the_float():
@@ -264,7 +264,7 @@ def test_restore_keeps_expiry_to_the_float():
     r = ShardState.restore(s.snapshot())
     assert r.messages(["m"]) == s.messages(["m"])
     assert s.advance(0.3) == r.advance(0.3) == []
-    assert s.advance(p + ttl) == r.advance(p + ttl) == [("s", "-", "m")]
+    assert s.advance(p + ttl) == r.advance(p + ttl) == [("s", REMOVE, "m")]
 
 
 @settings(max_examples=300, deadline=None)
@@ -307,7 +307,7 @@ def test_pickle_round_trip_rebuilds_the_tree():
         Subscription("b", (("x", "y"),), Rect(-1, -1, 2, 2), False),
         None,
     ]
-    assert canonical(t.advance(4.0)) == [("a", "-", "m"), ("b", "-", "m")]
+    assert canonical(t.advance(4.0)) == [("a", REMOVE, "m"), ("b", REMOVE, "m")]
 
 
 def test_restore_rejects_foreign_bytes_without_running_them():
@@ -359,15 +359,15 @@ def test_detach_reports_exactly_the_held_messages():
     assert got[: len(expired)] == expired and {u[0] for u in expired} == {"c", "r"}
     # c: 120 km around (0, 0) reaches (0.5, 0.5) (79 km), not (1, 1) nor the area (141 km)
     assert canonical(got[len(expired) :]) == [
-        ("c", "-", "in"),
-        ("d", "-", "area"),
-        ("d", "-", "z"),
-        ("r", "-", "area"),
-        ("r", "-", "corner"),
-        ("r", "-", "in"),
+        ("c", REMOVE, "in"),
+        ("d", REMOVE, "area"),
+        ("d", REMOVE, "z"),
+        ("r", REMOVE, "area"),
+        ("r", REMOVE, "corner"),
+        ("r", REMOVE, "in"),
     ]
     assert s.has(["c", "r", "d"]) == [False, False, False] and len(s) == 0
-    s._check()
+    s.check_invariants()
 
 
 def test_unsubscribe_is_idempotent_and_reports_only_expirations():
@@ -375,7 +375,7 @@ def test_unsubscribe_is_idempotent_and_reports_only_expirations():
     s.subscribe_batch([_sub("a", ["x"], Rect(0, 0, 1, 1)), _sub("b", ["x"], Rect(0, 0, 1, 1))], 0)
     s.publish_batch([Message("m", ("x",), Point(0.5, 0.5), ttl=1.0)], 0.0)
     assert s.unsubscribe_batch(["a", "a", "nobody"], 0.5) == []
-    assert s.unsubscribe_batch(["a"], 1.0) == [("b", "-", "m")]
+    assert s.unsubscribe_batch(["a"], 1.0) == [("b", REMOVE, "m")]
     assert s.has(["a", "b"]) == [False, True]
 
 
@@ -416,7 +416,7 @@ def test_rejected_batches_keep_pending_expirations():
     assert e.value.field == "now"
     assert s.now == 0.0 and s.has(["a", "b"]) == [True, False]
     assert s.subscriptions(["a"])[0].region == Rect(0, 0, 1, 1)  # no move was applied
-    assert canonical(s.advance(5.0)) == [("a", "-", "m"), ("still", "-", "m")]
+    assert canonical(s.advance(5.0)) == [("a", REMOVE, "m"), ("still", REMOVE, "m")]
 
 
 def test_a_message_id_may_be_reused_once_expired():
@@ -424,8 +424,8 @@ def test_a_message_id_may_be_reused_once_expired():
     s.subscribe_batch([_sub("a", ["x"], Rect(0, 0, 1, 1))], 0.0)
     s.publish_batch([Message("m", ("x",), Point(0.5, 0.5), ttl=1.0)], 0.0)
     assert s.publish_batch([Message("m", ("x",), Point(0.5, 0.5), ttl=1.0)], 1.0) == [
-        ("a", "-", "m"),
-        ("a", "+", "m"),
+        ("a", REMOVE, "m"),
+        ("a", ADD, "m"),
     ]
 
 

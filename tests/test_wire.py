@@ -15,7 +15,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shard.errors import ExpressionError, NotFoundError, ValidationError
-from shard.model import Point
+from shard.model import ADD, REMOVE, Point
+from shard.ops import apply_ops
+from shard.state import ShardState
 from shard.wire import dumps_ops, dumps_result, loads_ops, loads_result
 from tests.workloads import random_message, random_subscription
 
@@ -49,7 +51,7 @@ def test_answers_round_trip_exactly_errors_included():
     expired = (["m1", "m2"], np.array([2, 1], np.int64), np.array([4, 7, 9], np.int32))
     out = [
         3,
-        [("s", "+", "m"), ("t", "-", "n")],
+        [("s", ADD, "m"), ("t", REMOVE, "n")],
         [],
         ValidationError("subscription.region", (1.0, float("nan")), "must be finite"),
         ExpressionError("expr", "a AND", "dangling AND"),
@@ -112,9 +114,6 @@ def test_what_is_not_a_round_raises_validation_error(data, capsys):
 )
 def test_a_round_of_wrong_values_is_refused_by_the_shard_by_name(op):
     """The wire carries values; the shard checks them as for any caller (``ShardState``)."""
-    from shard.ops import apply_ops
-    from shard.state import ShardState
-
     _, out, _ = apply_ops(ShardState(0), loads_ops(msgpack.packb([op])), 1.0)
     assert isinstance(out[0], ValidationError), out
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from shard.brute import subscription_matches
-from shard.model import Circle, Message, Point, Rect, Subscription
+from shard.model import ADD, Circle, Message, Point, Rect, Subscription
 
 VOCAB = [f"t{i}" for i in range(40)]
 LATTICE_X = [
@@ -90,7 +90,7 @@ class Mirror:
     def apply(self, updates) -> None:
         for sid, sign, mid in updates:
             held = self.held.setdefault(sid, set())
-            if sign == "+":
+            if sign == ADD:
                 assert mid not in held, f"+{mid} for {sid}, which already holds it"
                 held.add(mid)
             else:

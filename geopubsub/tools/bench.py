@@ -312,8 +312,7 @@ def run_match(args) -> int:
         n_subs = len(index)
         for run in range(args.repeat):
             t1 = time.perf_counter()
-            index._dirty = True
-            index.refresh()
+            index.refresh(force=True)
             builds.append(time.perf_counter() - t1)
             _log(
                 args,

@@ -63,7 +63,7 @@ from shard.errors import ValidationError
 from shard.geometry import region_centre
 from shard.host.heap import freeze_long_lived
 from shard.host.runtime import hand_over_promptly
-from shard.model import Message, Point, Subscription
+from shard.model import ADD, Message, Point, Subscription
 from shard.workload import read_messages, read_subscriptions
 
 MAX_RATE = 100_000
@@ -156,7 +156,7 @@ def reference(
     hits = [0] * len(batch)
     for ups in updates:
         for _, sign, mid in ups:
-            if sign == "+":
+            if sign == ADD:
                 hits[int(mid[1:])] += 1
     pairs = sum(hits)
     out: dict[str, Any] = {
@@ -475,7 +475,7 @@ def run(args) -> int:
                 report["registration"] = reg.as_dict()
                 _log(f"    {reg.registered:,} in {reg.seconds:.1f} s ({reg.per_s:,.0f}/s)")
             if cluster is not None:
-                _settle(cluster.redis_url)
+                settle(cluster.redis_url)
             profiler = _Profiler(
                 cluster.coordinator.pid if cluster else None, Path(args.data_dir), args.profile
             )
@@ -497,7 +497,7 @@ def run(args) -> int:
     return 0 if ok else 1
 
 
-def _settle(redis_url: str, timeout_s: float = 120.0) -> None:
+def settle(redis_url: str, timeout_s: float = 120.0) -> None:
     """Wait until Redis has no append-only-file rewrite running or scheduled: loading 1M
     subscriptions triggers rewrites (a forked child busy for ~10 s), which would otherwise
     overlap the first phase in some runs and not in others."""

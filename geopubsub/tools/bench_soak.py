@@ -45,7 +45,7 @@ from geopubsub.tools.bench_chaos import (
     shard_actor_pids,
     start_supervised,
 )
-from geopubsub.tools.bench_e2e import _settle
+from geopubsub.tools.bench_e2e import settle
 from geopubsub.tools.cluster_cli import client_access
 from geopubsub.tools.demo import warm_up
 from geopubsub.tools.traffic import (
@@ -524,7 +524,7 @@ def run(args) -> int:
                             w, args.register, say, target=target, cluster=cluster
                         )
                     if args.register == "load":
-                        _settle(cluster.redis_url)
+                        settle(cluster.redis_url)
                 processes = ClusterProcesses(data_dir)
                 res = asyncio.run(run_traffic(target, processes, w.subs, w.msgs, args, say))
             except KeyboardInterrupt:

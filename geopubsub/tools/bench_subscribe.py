@@ -35,7 +35,7 @@ from deploy.local import sigterm_as_interrupt
 from geopubsub.client import CHANNEL_OPTIONS
 from geopubsub.convert import to_proto_subscription
 from geopubsub.tools.bench_chaos import check_files, say, start_supervised, stopped_at_exit
-from geopubsub.tools.bench_e2e import _settle
+from geopubsub.tools.bench_e2e import settle
 from geopubsub.tools.bench_soak import ClusterProcesses
 from geopubsub.tools.gen import generate
 from geopubsub.tools.register import bulk_load, register_subscriptions
@@ -280,7 +280,7 @@ def run(args) -> int:
             base = None
             if args.base is not None:
                 base = bulk_load(args.base, cluster, say)
-                _settle(cluster.redis_url)
+                settle(cluster.redis_url)
             res = run_phases(cluster.target, data_dir, subs, args, say)
     except KeyboardInterrupt:
         say("interrupted")

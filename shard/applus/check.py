@@ -6,16 +6,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from shard.aptree.layout import C_NODES, C_ROOT, F_PARENT, F_TYPE, FREED, LEAF, T_CNT, T_NI
-from shard.aptree.match import traverse_kernel
+from shard.applus.mlists import FIX_DEG, NO_POINT
+from shard.aptree.layout import C_NODES, F_PARENT, F_TYPE, FREED, LEAF, T_CNT, T_NI
 
 if TYPE_CHECKING:
     from shard.applus.tree import APPlusTree
 
 
 def _fixed(box) -> tuple[int, int]:
-    from shard.applus.mlists import FIX_DEG, NO_POINT
-
     if box[0] == box[2] and box[1] == box[3]:
         return int(round(box[0] / FIX_DEG)), int(round(box[1] / FIX_DEG))
     return NO_POINT, NO_POINT
@@ -30,8 +28,8 @@ def check_mlists(tree: APPlusTree) -> None:
       the m-list of that leaf or of one of its ancestors.
     """
     tree.sync()  # the m-list rows follow the node array lazily
-    T = tree._tree
-    ML, MP, MC = tree._mt
+    T = tree.arrays
+    ML, MP, MC = tree.mlists
     NI = T[T_NI]
     n_nodes = int(T[T_CNT][C_NODES])
     msgs = tree.msgs
@@ -62,21 +60,7 @@ def check_mlists(tree: APPlusTree) -> None:
     live = np.flatnonzero(msgs.alive[: msgs.n_slots])
     if not live.size:
         return
-    tree.sync()
-    off, terms, kind, geom = msgs.encoded(live)
-    _, _, tree._stamp, _, tr_m, tr_n, _ = traverse_kernel(
-        T,
-        tree.store.columns(),
-        tree._term_stamp,
-        tree._sub_stamp,
-        tree._stamp,
-        off,
-        terms,
-        kind,
-        geom,
-        int(T[T_CNT][C_ROOT]),
-        True,
-    )
+    tr_m, tr_n = tree.traversal(*msgs.encoded(live))
     for q, u in zip(tr_m.tolist(), tr_n.tolist(), strict=True):
         if NI[u, F_TYPE] != LEAF:
             continue

@@ -2,7 +2,7 @@
 
 Time is a parameter: every operation takes ``now`` (seconds) and first advances to it, so the
 updates it returns start with the expirations up to ``now``. An update is a tuple
-``(subscription id, "+" | "-", message id)``; a client applying them in order holds exactly
+``(subscription id, sign, message id)`` (``shard.model.Sign``); a client applying them in order holds exactly
 R(s, t) = {live m : m matches s at its current region} after every operation.
 
 >>> from shard.model import Subscription, Message, Rect, Point
@@ -12,9 +12,9 @@ R(s, t) = {live m : m matches s at its current region} after every operation.
 >>> t.publish(Message("m", ("ipad",), Point(2.5, 0.5), ttl=10.0), now=1.0)
 []
 >>> t.move("s", Point(2.5, 0.5), now=2.0)
-[('s', '+', 'm')]
+[('s', ADD, 'm')]
 >>> t.advance(11.0)
-[('s', '-', 'm')]
+[('s', REMOVE, 'm')]
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from shard.applus.check import check_mlists
 from shard.applus.messages import MessageStore
 from shard.applus.mlists import (
     count_entries,
@@ -53,7 +54,7 @@ from shard.aptree.match import pack_terms, traverse_kernel
 from shard.aptree.tree import APTree, EncodedMessages
 from shard.errors import ValidationError
 from shard.geometry import KIND_CIRCLE, location_bbox
-from shard.model import Circle, Message, Point, Rect, Subscription, Update
+from shard.model import ADD, REMOVE, Circle, Message, Point, Rect, Subscription, Update
 
 DEFAULT_DUP_LIMIT = 64
 """Leaves a message may be stored in before it stays at an ancestor level (Sect. 4.2.4)."""
@@ -125,6 +126,30 @@ class APPlusTree(APTree):
             self.sync()
             self._traverse(*self.msgs.encoded(slots), start, slots, True)
 
+    @property
+    def mlists(self) -> tuple:
+        """The m-lists (``shard.applus.mlists``: per node rows, the pool, its counters)."""
+        return self._mt
+
+    def traversal(self, off, terms, kind, geom) -> tuple[np.ndarray, np.ndarray]:
+        """(message index, node) of every node the traversal (Alg. 1) of each encoded message
+        from the root reaches: where it belongs on m-lists (``shard.applus.check``)."""
+        self.sync()
+        _, _, self._stamp, _, tr_m, tr_n, _ = traverse_kernel(
+            self._tree,
+            self.store.columns(),
+            self._term_stamp,
+            self._sub_stamp,
+            self._stamp,
+            off,
+            terms,
+            kind,
+            geom,
+            int(self._tree[T_CNT][C_ROOT]),
+            True,
+        )
+        return tr_m, tr_n
+
     def _traverse(self, off, terms, kind, geom, start, slot_of_q, store):
         """Alg. 1 from ``start`` for a batch; with ``store``, message q is hung on the nodes of its
         traversal under slot ``slot_of_q[q]`` (-1: not stored). Returns (message index, sub slot)."""
@@ -195,7 +220,7 @@ class APPlusTree(APTree):
             raise ValidationError("now", now, f"must not go back in time (last now={self.now})")
         ids, out_m, out_s = self._expire(now)
         names = self.store.ids[out_s].tolist()
-        updates = [(s, "-", ids[q]) for s, q in zip(names, out_m.tolist(), strict=True)]
+        updates = [(s, REMOVE, ids[q]) for s, q in zip(names, out_m.tolist(), strict=True)]
         self._maybe_purge()
         return updates
 
@@ -245,7 +270,7 @@ class APPlusTree(APTree):
         """Publish several messages at ``now`` with one compiled traversal (the shard's micro-batch)."""
         updates, groups = self.publish_grouped(messages, now)
         for m, subs in zip(messages, groups, strict=True):
-            updates += [(s, "+", m.id) for s in subs]
+            updates += [(s, ADD, m.id) for s in subs]
         return updates
 
     def publish_grouped(
@@ -356,7 +381,7 @@ class APPlusTree(APTree):
 
     def _updates(self, sub_id: str, diff: list[tuple[int, int]]) -> list[Update]:
         msgs = self.msgs.messages
-        return [(sub_id, "+" if g > 0 else "-", msgs[x].id) for x, g in diff]
+        return [(sub_id, ADD if g > 0 else REMOVE, msgs[x].id) for x, g in diff]
 
     def subscribe(self, sub: Subscription, now: float | None = None) -> list[Update]:
         """Add (or replace) ``sub``: (s, +m) for each live message it matches; a replacement
@@ -473,7 +498,7 @@ class APPlusTree(APTree):
         ids = st.ids[slots[q]].tolist()
         msgs = self.msgs.messages
         updates += [
-            (s, "+" if g > 0 else "-", msgs[x].id)
+            (s, ADD if g > 0 else REMOVE, msgs[x].id)
             for s, x, g in zip(ids, xs.tolist(), gs.tolist(), strict=True)
         ]
         self._finish(todo)
@@ -515,10 +540,8 @@ class APPlusTree(APTree):
         out.update(live_messages=len(self.msgs), mlist_entries=int(m), parked_entries=int(d))
         return out
 
-    def _check(self) -> None:
-        from shard.applus.check import check_mlists
-
-        super()._check()
+    def check_invariants(self) -> None:
+        super().check_invariants()
         check_mlists(self)
 
 

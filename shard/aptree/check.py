@@ -66,7 +66,7 @@ def check_tree(tree: APTree) -> None:
     * sizes: F_SIZE = entries below; current cut/cell weights = distinct clauses below;
     * every live clause is stored.
     """
-    T = tree._tree
+    T = tree.arrays
     store = tree.store
     NI, NF, CH, CLO, CHI, _, WCUR, BND, LI, _, CNT, _ = T
     bbox, cl_sub, cl_off, cl_len, terms = (
@@ -77,8 +77,8 @@ def check_tree(tree: APTree) -> None:
         store.terms,
     )
     root = int(CNT[C_ROOT])
-    max_span = tree._params[P_MAX_SPAN]
-    gap_to_dummy = tree._params[P_GAP_TO_DUMMY] > 0.5
+    max_span = tree.params[P_MAX_SPAN]
+    gap_to_dummy = tree.params[P_GAP_TO_DUMMY] > 0.5
     assert NI[root, F_PARENT] == -1, _dump(T, root)
     below: dict[int, set[int]] = {}
     entries: dict[int, int] = {}

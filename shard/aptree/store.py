@@ -14,7 +14,7 @@ import numpy as np
 from numba import njit
 
 from shard.aptree.vocab import VocabTable
-from shard.errors import NotFoundError
+from shard.errors import NotFoundError, ValidationError
 from shard.geometry import region_columns
 from shard.model import Subscription
 
@@ -451,8 +451,6 @@ class SubscriptionStore:
             elif order == "alphabetical":
                 rank_of_old = np.array(sorted(range(v), key=self.vocab_terms.__getitem__), np.int64)
             else:
-                from shard.errors import ValidationError
-
                 raise ValidationError(
                     "keyword_order",
                     order,

@@ -9,7 +9,7 @@ compiled kernels and columnar subscription storage.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +21,7 @@ from shard.aptree.build import (
     new_tree,
     refresh_leaf_entries,
 )
+from shard.aptree.check import check_tree
 from shard.aptree.layout import (
     C_CH,
     C_FREE,
@@ -41,6 +42,8 @@ from shard.aptree.layout import (
     DEFAULT_MAX_SPAN,
     DEFAULT_THETA_KL,
     DEFAULT_THETA_P,
+    F_DEPTH,
+    F_LLEN,
     F_NBUILT,
     F_SIZE,
     F_TYPE,
@@ -177,6 +180,7 @@ class APTree:
         self._stamp = 0
         self._n_updates = 0
         self._built_size = 0
+        self._follower: tuple[Callable, Callable] | None = None
         self.verified = 0
         """Leaf entries verified by matching so far (the paper's cost measure)."""
 
@@ -262,12 +266,49 @@ class APTree:
         refresh_leaf_entries(T, store.columns())  # the records name slots: renumbered too
 
     def _terms_renumbered(self, new_id: np.ndarray) -> None:
-        """Hook: term ids were renumbered (``new_id[old]``); the AP+-Tree rewrites its messages."""
+        """Hook: term ids were renumbered (``new_id[old]``); the AP+-Tree rewrites its messages,
+        an index built around the tree is told (``follow_terms``)."""
+        if self._follower is not None:
+            self._follower[0](new_id)
 
     def _terms_held(self) -> np.ndarray | None:
         """Hook: a mask of the term ids something besides the subscriptions holds (the AP+-Tree's
         live messages), kept by a whole rebuild although no subscription has them."""
-        return None
+        return None if self._follower is None else self._follower[1]()
+
+    # ---- for an index built around the tree (``shard.naive_moving``) -------------------------
+    def follow_terms(
+        self, renumbered: Callable[[np.ndarray], None], held: Callable[[], np.ndarray]
+    ) -> None:
+        """Let something that holds term ids too (live messages) follow the tree's: a whole
+        rebuild calls ``renumbered(new_id)`` with ``new_id[old]``, and keeps the ids ``held()``
+        masks although no subscription has them."""
+        self._follower = (renumbered, held)
+
+    @property
+    def arrays(self) -> tuple:
+        """The tree's columns (``shard.aptree.layout``), for a compiled kernel to maintain and
+        hand back to ``adopt``."""
+        return self._tree
+
+    @property
+    def params(self) -> np.ndarray:
+        """The tree's parameters (``layout.P_*``), as its kernels read them."""
+        return self._params
+
+    def reserve(self) -> None:
+        """Size the per-term and per-subscription columns to the store's vocabulary and slots:
+        before a compiled call that reads them for terms or subscriptions added since."""
+        self._extend_pw()
+        self._ensure_stamps()
+
+    def adopt(self, T: tuple, todo: np.ndarray, updates: int = 1) -> None:
+        """Take the columns a maintenance kernel returned (pools may have grown), reconstruct
+        the nodes it flagged, and count ``updates`` toward housekeeping."""
+        self._tree = T
+        if todo.size:
+            self._rebuild_nodes(todo)
+        self._housekeeping(updates)
 
     # ---- maintenance ------------------------------------------------------------------------
     def subscribe(self, sub: Subscription) -> None:
@@ -426,8 +467,6 @@ class APTree:
         NI, CNT = T[T_NI], T[T_CNT]
         n = int(CNT[C_NODES])
         types = NI[:n, F_TYPE]
-        from shard.aptree.layout import F_DEPTH, F_LLEN
-
         live = types >= 0
         return {
             "subscriptions": len(self.store),
@@ -446,10 +485,8 @@ class APTree:
             "promotions": int(CNT[C_PROMOTIONS]),
         }
 
-    def _check(self) -> None:
+    def check_invariants(self) -> None:
         """Assert every structural invariant (see ``shard.aptree.check``)."""
-        from shard.aptree.check import check_tree
-
         check_tree(self)
 
 
