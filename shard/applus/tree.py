@@ -135,24 +135,13 @@ class APPlusTree(APTree):
         """(message index, node) of every node the traversal (Alg. 1) of each encoded message
         from the root reaches: where it belongs on m-lists (``shard.applus.check``)."""
         self.sync()
-        _, _, self._stamp, _, tr_m, tr_n, _ = traverse_kernel(
-            self._tree,
-            self.store.columns(),
-            self._term_stamp,
-            self._sub_stamp,
-            self._stamp,
-            off,
-            terms,
-            kind,
-            geom,
-            int(self._tree[T_CNT][C_ROOT]),
-            True,
-        )
-        return tr_m, tr_n
+        root = int(self._tree[T_CNT][C_ROOT])
+        return self._run_traversal(off, terms, kind, geom, root, True)[3:5]
 
-    def _traverse(self, off, terms, kind, geom, start, slot_of_q, store):
-        """Alg. 1 from ``start`` for a batch; with ``store``, message q is hung on the nodes of its
-        traversal under slot ``slot_of_q[q]`` (-1: not stored). Returns (message index, sub slot)."""
+    def _run_traversal(self, off, terms, kind, geom, start, traces):
+        """The compiled Alg. 1 from ``start`` over the tree's columns: (message index, sub slot)
+        of every match, the entries verified, and with ``traces`` the (message, node, depth) of
+        every node a traversal reached."""
         out_m, out_s, self._stamp, verified, tr_m, tr_n, tr_d = traverse_kernel(
             self._tree,
             self.store.columns(),
@@ -164,7 +153,15 @@ class APPlusTree(APTree):
             kind,
             geom,
             start,
-            store,
+            traces,
+        )
+        return out_m, out_s, verified, tr_m, tr_n, tr_d
+
+    def _traverse(self, off, terms, kind, geom, start, slot_of_q, store):
+        """Alg. 1 from ``start`` for a batch; with ``store``, message q is hung on the nodes of its
+        traversal under slot ``slot_of_q[q]`` (-1: not stored). Returns (message index, sub slot)."""
+        out_m, out_s, verified, tr_m, tr_n, tr_d = self._run_traversal(
+            off, terms, kind, geom, start, store
         )
         self.verified += int(verified)
         if tr_m.size:
