@@ -38,13 +38,15 @@ Snapshot format (``snapshot`` / ``restore``), version ``SNAPSHOT_VERSION`` = 2 (
       messages: [(id, terms, location (lon, lat) or (min_lon, min_lat, max_lon, max_lat),
                   ttl, keywords, text, expiry)]  -- the live ones, expiry = publish time + ttl
 
-Only builtins are pickled, and ``restore`` unpickles with every global refused, so a snapshot
-read back from Redis cannot run code. The tree itself (nodes, m-lists, stamps, motion estimates)
-is derived state and is not stored: ``restore`` rebuilds it with the bulk path and replays the
-live messages at their original publish times, so every message expires at the same instant
-and the restored shard produces the same future updates as the original (the order of updates
-within one call may differ, as it depends on the tree's shape; the order of the updates of one
-subscription for one message does not).
+The cluster does not use snapshots (a shard is rebuilt from the subscriptions in Redis, and the
+live messages the coordinator keeps); they are how a ``ShardState`` pickles, and what the tests
+hold a restored shard to. Only builtins are pickled, and ``restore`` unpickles with every global
+refused, so a snapshot from elsewhere cannot run code. The tree itself (nodes, m-lists, stamps,
+motion estimates) is derived state and is not stored: ``restore`` rebuilds it with the bulk path
+and replays the live messages at their original publish times, so every message expires at the
+same instant and the restored shard produces the same future updates as the original (the order
+of updates within one call may differ, as it depends on the tree's shape; the order of the
+updates of one subscription for one message does not).
 """
 
 from __future__ import annotations
