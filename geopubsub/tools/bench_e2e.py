@@ -50,14 +50,13 @@ from geopubsub.tools.traffic import (
     Latencies,
     Publisher,
     ResultStream,
+    Stubs,
     busiest,
-    channel,
     schedule,
     stats,
     stop_traffic,
     wait_quiet,
 )
-from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.applus import APPlusTree
 from shard.errors import ValidationError
 from shard.geometry import region_centre
@@ -226,12 +225,8 @@ async def phases(
     profiler: _Profiler,
 ) -> dict[str, Any]:
     """Phases (a), (b), (c) against the cluster at ``endpoint``."""
-    channels = []
-
-    def stub():
-        ch = channel(endpoint)
-        channels.append(ch)
-        return pb_grpc.GeoPubSubStub(ch)
+    stub = Stubs(endpoint)
+    channels = stub.channels
 
     control = stub()
     followed = busiest(subs, msgs, args.streams, seed=args.seed)

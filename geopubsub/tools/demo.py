@@ -54,16 +54,15 @@ from geopubsub.tools.traffic import (
     Latencies,
     Publisher,
     ResultStream,
+    Stubs,
     TrackedMover,
     busiest,
-    channel,
     message_index,
     schedule,
     stats,
     stop_traffic,
     wait_quiet,
 )
-from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.brute import BruteMatcher
 from shard.errors import ValidationError
 from shard.geometry import location_centre
@@ -292,12 +291,8 @@ async def run_traffic(target: str, plan: Plan, args: argparse.Namespace, progres
                 latency.add(r.received - due)
                 in_coordinator.add(r.time - r.message_time)
 
-    channels = []
-
-    def stub():
-        ch = channel(target)
-        channels.append(ch)
-        return pb_grpc.GeoPubSubStub(ch)
+    stub = Stubs(target)
+    channels = stub.channels
 
     subscriber_app = stub()
     streams = [ResultStream(s.id, on_delivery=timed) for s in plan.followed]

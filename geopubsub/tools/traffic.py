@@ -52,6 +52,20 @@ def channel(where: str | Endpoint, options=CHANNEL_OPTIONS) -> grpc.aio.Channel:
     return where.channel(aio=True, options=options)
 
 
+class Stubs:
+    """``stubs()``: a GeoPubSub stub on a channel of its own to ``where`` (``channel``); a run
+    closes them all with ``stop_traffic(tasks, stubs.channels)``."""
+
+    def __init__(self, where: str | Endpoint) -> None:
+        self.where = where
+        self.channels: list[grpc.aio.Channel] = []
+
+    def __call__(self) -> pb_grpc.GeoPubSubStub:
+        ch = channel(self.where)
+        self.channels.append(ch)
+        return pb_grpc.GeoPubSubStub(ch)
+
+
 CLOSE_WAIT_S = 2.0
 
 
