@@ -34,6 +34,7 @@ from coordinator.outages import (
     Missed,
     Outage,
     alive,
+    dead,
     from_record,
     one_shot_value,
     parse_one_shot,
@@ -322,7 +323,7 @@ class Recovery:
                 }
                 again: set[str] = set()
                 items: list[Missed] = []
-                for x in redo + alive(outage.missed[n:], unsubscribed):
+                for x in alive(redo + outage.missed[n:], unsubscribed):
                     if x[0][0] == "pub":
                         mid = x[0][1].id
                         if mid in again:
@@ -428,11 +429,14 @@ class Recovery:
 
     # ---- "redo" operations: routed to their shard again, their updates delivered -------------
     def route_redo(self, op: Op, now: float) -> tuple | None:
-        """The item a "redo" operation sends its shard now (None: nothing, the message gone)."""
+        """The item a "redo" operation sends its shard now (None: nothing: the message gone, or
+        the subscription unsubscribed since the reload listed the item, in a round before this
+        one, perhaps subscribed anew: the old one's item would put it back on the shard, under
+        the id's slot, and its updates would reach the new one)."""
         eng = self.engine
         item = op.arg[0]
         if item[0] != "pub":
-            return item
+            return None if dead(op.arg, self.unsubscribed) else item
         mid = item[1].id
         if mid in self.once:  # one-shot, as it was
             op.payload = self.once[mid][1]

@@ -71,6 +71,10 @@ class Told:
         self.one_shot: set[str] = set()
         """Messages not stored (ttl 0): an ADD each, never held."""
         self.once_added: set[tuple[str, str]] = set()
+        self.history: dict[str, list[tuple[int, str, str]]] = {}
+        """Per subscription id, what it was told and when: (round, "+"/"-"/"unsub", message),
+        shown when a check fails."""
+        self.rounds = 0
         self.expiry: dict[str, float] = {}
         """When each stored message expires: its publish's round clock plus its ttl. (Not
         ``Round.stored``'s: a message stored again after it expired, on a shard back from a
@@ -78,12 +82,22 @@ class Told:
         still in flight reports the expiry a later round's routing gave it.)"""
 
     async def on_round(self, rnd) -> None:
+        self.rounds += 1
         at = 0  # in order: an id unsubscribed and subscribed again in one round holds anew
         for op, _, end in rnd.spans:
             self._take(rnd, at, end)
             at = end
             if op.kind == "unsub":
                 self.held.pop(op.arg, None)
+                self.history.setdefault(op.arg, []).append((self.rounds, "unsub", ""))
+            elif op.kind == "sub":
+                self.history.setdefault(op.arg.id, []).append((self.rounds, "sub", str(op.arg)))
+            elif op.kind == "pub":
+                self.history.setdefault(op.arg.id, []).append((self.rounds, "pub", str(op.arg)))
+            elif op.kind == "redo":
+                self.history.setdefault("redo", []).append(
+                    (self.rounds, "redo", repr(op.arg)[:200])
+                )
         self._take(rnd, at, len(rnd.subs))
         for op, _, _ in rnd.spans:  # answered, as the delivery stage does
             if op.kind == "pub" and op.arg.ttl:
@@ -98,6 +112,7 @@ class Told:
         ):
             sid, mid = ids[slot], rnd.mids[i]
             held = self.held.setdefault(sid, set())
+            self.history.setdefault(sid, []).append((self.rounds, "+-"[kind], mid))
             if mid in self.one_shot:
                 if kind != 0:
                     self.errors.append(f"{sid}: - {mid}, a one-shot message")
@@ -145,7 +160,24 @@ def _check(engine: Engine, told_: Told, now: float) -> None:
     for sid, sub in engine.subs.items():
         want = {m.id for m in live if m.id not in expired and subscription_matches(sub, m)}
         got = told_.held.get(sid, set()) - expired
-        assert got == want, (sid, sub, sorted(got - want), sorted(want - got))
+        if got != want:
+            wrong = sorted(got ^ want)
+            facts = {
+                m: (m in engine.live and engine.live[m][2], told_.expiry.get(m), now) for m in wrong
+            }
+            history = [
+                h for h in told_.history.get(sid, []) if h[2] in wrong or h[1] in ("sub", "unsub")
+            ]
+            history += [h for m in wrong for h in told_.history.get(m, [])]
+            history += [
+                h
+                for h in told_.history.get("redo", [])
+                if sid in h[2] or any(m in h[2] for m in wrong)
+            ]
+            raise AssertionError(
+                f"{sid} {sub}: held and not matched {sorted(got - want)}, matched and not held "
+                f"{sorted(want - got)}; (live expiry, told expiry, now) {facts}; history {history}"
+            )
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -334,6 +366,50 @@ def test_a_subscription_unsubscribed_and_made_again_during_its_old_shards_load_l
         await settled(engine)
         assert "m2" not in told_.held.get("s", set())
         await _expire_all(engine, told_, clock)  # m and m2 expire on a: no REMOVE for s
+
+    asyncio.run(main())
+
+
+def test_a_subscription_moved_onto_a_down_shard_and_made_again_during_its_load_stays_off_it(
+    monkeypatch,
+):
+    """A moving ``s`` moves onto shard 0 while it is down (an item it will apply again after
+    its load), then, while that load waits, is unsubscribed and subscribed anew on shard 1: the
+    old one's item is not applied after the load (it would put the old ``s`` back on shard 0
+    under the id's slot, and its updates would reach the new ``s``)."""
+    monkeypatch.setattr("coordinator.recovery.RELOAD_PAUSE_S", (0.02, 0.02))
+
+    async def main():
+        rng = random.Random(0)
+        a, b = Gated(0, rng), Gated(1, rng)
+        clock = [1000.0]
+        told_ = Told()
+        engine = Engine(
+            [a, b],
+            PartitionMap.build([(1, 5), (9, 5)], 2),
+            on_round=told_.on_round,
+            batch_delay_ms=0.5,
+            clock=lambda: clock[0],
+            tick_s=0.01,
+        )
+        told_.engine = engine
+        engine.start()
+        await engine.subscribe(Subscription("s", (("a",),), Rect(8, 8, 9, 9), moving=True))
+        a.dead = True
+        await asyncio.gather(engine.move("s", Point(1.2, 1.2)), return_exceptions=True)
+        await asyncio.sleep(0.05)  # its first load failed; the next waits at the gate
+        a.gate, a.dead = asyncio.Event(), False
+        await asyncio.sleep(0.05)
+        # (answered UNAVAILABLE: routed to shard 0, still down, and applied there after its load)
+        await asyncio.gather(engine.unsubscribe("s"), return_exceptions=True)
+        await engine.subscribe(Subscription("s", (("a",),), Rect(8, 8, 9, 9)))
+        a.gate.set()
+        await settled(engine)
+        assert a.state.subscriptions(["s"]) == [None]
+        await engine.publish(Message("m", ("a",), Point(1.2, 1.2), ttl=5.0), b"p")
+        await settled(engine)
+        assert "m" not in told_.held.get("s", set())
+        await _expire_all(engine, told_, clock)
 
     asyncio.run(main())
 
