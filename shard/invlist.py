@@ -40,11 +40,11 @@ from shard.model import Message, Subscription
 
 
 @njit(cache=True)
-def build_postings(live, cl_sub, cl_off, cl_len, terms, bbox, freq):
+def build_postings(live, cl_sub, cl_off, cl_len, terms, bbox, freq, n_clauses):
     """File every live clause under its rarest term (``freq``: live clauses per term id; list
     ``V = freq.shape[0]`` holds the clauses without terms). Returns the postings as columns:
     (start [V + 2], clause row [k], slot [k], box [k, 4], other-term offsets [k + 1], other
-    terms). O(terms + V)."""
+    terms, whether the clause's subscription has several clauses [k]). O(terms + V)."""
     v = freq.shape[0]
     k = live.shape[0]
     key = np.empty(k, np.int64)
@@ -68,6 +68,7 @@ def build_postings(live, cl_sub, cl_off, cl_len, terms, bbox, freq):
         p_clause[fill[key[i]]] = live[i]
         fill[key[i]] += 1
     p_sub = np.empty(k, np.int32)
+    p_multi = np.empty(k, np.bool_)
     p_box = np.empty((k, 4), np.float64)
     p_toff = np.zeros(k + 1, np.int64)
     p_terms = np.empty(n_other, np.int32)
@@ -77,6 +78,7 @@ def build_postings(live, cl_sub, cl_off, cl_len, terms, bbox, freq):
             c = p_clause[p]
             s = cl_sub[c]
             p_sub[p] = s
+            p_multi[p] = n_clauses[s] > 1
             for d in range(4):
                 p_box[p, d] = bbox[s, d]
             skipped = False  # the filing term is known to be in a message that probes it
@@ -87,18 +89,34 @@ def build_postings(live, cl_sub, cl_off, cl_len, terms, bbox, freq):
                 p_terms[pos] = terms[j]
                 pos += 1
             p_toff[p + 1] = pos
-    return start, p_clause, p_sub, p_box, p_toff, p_terms
+    return start, p_clause, p_sub, p_box, p_toff, p_terms, p_multi
 
 
 @njit(cache=True)
 def match_postings(
-    start, p_sub, p_box, p_toff, p_terms, kind, circ, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom
+    start,
+    p_sub,
+    p_box,
+    p_toff,
+    p_terms,
+    p_multi,
+    kind,
+    circ,
+    TM,
+    SM,
+    stamp0,
+    m_off,
+    m_terms,
+    m_kind,
+    m_geom,
 ):
     """Match every message of the batch: probe the lists of its terms (and the list of clauses
     without terms), verify box, other terms and circle. ``TM`` (per term id) and ``SM`` (per
-    slot) are stamp arrays; stamps only grow, so they need no clearing. Returns (message index,
-    subscription slot) pairs, each slot at most once per message, and the last stamp used.
-    O(sum of the probed lists' lengths + terms of the candidates whose box meets the message)."""
+    slot) are stamp arrays; stamps only grow, so they need no clearing. A clause is filed once,
+    so only the clauses of a subscription of several (``p_multi``) read and stamp ``SM``, as the
+    AP-Tree's kernel does. Returns (message index, subscription slot) pairs, each slot at most
+    once per message, and the last stamp used. O(sum of the probed lists' lengths + terms of
+    the candidates whose box meets the message)."""
     v = start.shape[0] - 2
     nm = m_kind.shape[0]
     out_m = np.empty(1024, np.int32)
@@ -122,13 +140,15 @@ def match_postings(
                 if gx1 < p_box[p, 0] or gx0 > p_box[p, 2] or gy1 < p_box[p, 1] or gy0 > p_box[p, 3]:
                     continue
                 s = p_sub[p]
-                if SM[s] == stamp:
+                multi = p_multi[p]
+                if multi and SM[s] == stamp:
                     continue
                 if not all_stamped(TM, p_terms, p_toff[p], p_toff[p + 1], stamp):
                     continue
                 if not exact_hit(kind[s], p_box[p], circ[s], is_point, gx0, gy0, m_geom[q]):
                     continue
-                SM[s] = stamp
+                if multi:
+                    SM[s] = stamp
                 if nout == out_m.shape[0]:
                     out_m = grown(out_m, nout)
                     out_s = grown(out_s, nout)
@@ -160,6 +180,7 @@ class InvertedList:
         self._box = np.zeros((0, 4), np.float64)
         self._toff = np.zeros(1, np.int64)
         self._terms = np.zeros(0, np.int32)
+        self._multi = np.zeros(0, np.bool_)
         self._freq = np.zeros(0, np.int64)
         self._term_stamp = np.zeros(1, np.int64)
         self._sub_stamp = np.zeros(0, np.int64)
@@ -207,6 +228,7 @@ class InvertedList:
             self._box,
             self._toff,
             self._terms,
+            self._multi,
         ) = build_postings(
             store.live_clauses(),
             store.cl_sub,
@@ -215,6 +237,7 @@ class InvertedList:
             store.terms,
             store.bbox,
             self._freq,
+            store.n_clauses,
         )
         self._term_stamp = np.zeros(len(store.vocab_terms) + 1, np.int64)
         self._sub_stamp = np.zeros(n_slots, np.int64)
@@ -234,6 +257,7 @@ class InvertedList:
             self._box,
             self._toff,
             self._terms,
+            self._multi,
             self._kind,
             self._circ,
             self._term_stamp,
@@ -296,6 +320,7 @@ class InvertedList:
                 cl_terms = store.terms[a : a + n].tolist()
                 where = f"posting {p} (clause {c}, slot {s}, terms {cl_terms}) in list {t}"
                 assert int(self._sub[p]) == s, where
+                assert bool(self._multi[p]) == (store.n_clauses[s] > 1), where
                 assert self._box[p].tolist() == store.bbox[s].tolist(), where
                 other = sorted(self._terms[self._toff[p] : self._toff[p + 1]].tolist())
                 if t == v:

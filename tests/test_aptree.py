@@ -24,6 +24,7 @@ from shard.aptree.layout import (
     T_CLO,
     T_NI,
 )
+from shard.aptree.match import DIRECT_MIN_CUTS
 from shard.aptree.store import SubscriptionStore
 from shard.brute import BruteMatcher
 from shard.errors import NotFoundError, ValidationError
@@ -332,3 +333,36 @@ def test_add_many_stores_what_add_stores_one_by_one(seed, gone, batch):
     assert np.array_equal(one.terms[: one.n_terms], many.terms[: many.n_terms])
     assert one.slot_of == many.slot_of and list(one.ids) == list(many.ids)
     assert one.vocab == many.vocab and one.n_clause_rows == many.n_clause_rows
+
+
+def test_a_wide_root_answers_from_its_direct_table_and_a_stale_one_loses_no_match():
+    """The root of rare-term subscriptions has a cut per keyword: matching reads the cut off
+    the root's direct table. A table gone stale (here: scrambled) is caught by its check
+    against the cut bounds, loses no match, and is re-made for the next batch; so is one the
+    root's growth left behind."""
+    rng = random.Random(21)
+    subs = [
+        Subscription(f"s{i}", ((f"w{i % 700}",),), Rect(x := rng.uniform(0, 2), x, x + 8, x + 8))
+        for i in range(2000)
+    ]
+    msgs = [
+        Message(f"m{i}", tuple({f"w{rng.randrange(800)}" for _ in range(6)}), Point(p, p))
+        for i, p in enumerate(rng.uniform(0, 10) for _ in range(400))
+    ]
+    tree = APTree.build(subs)
+    NI = tree.arrays[T_NI]
+    assert root_type(tree) == KNODE and NI[0, F_NCH] >= DIRECT_MIN_CUTS
+    table, node = tree.direct_table()
+    assert node == 0 and table.size > 0
+    brute = BruteMatcher(subs)
+    assert_same_matches(tree, brute, msgs)
+    tree._direct = (table[::-1].copy(), 0)
+    assert_same_matches(tree, brute, msgs)
+    assert tree._direct_key is None  # the kernel saw it stale: re-made next time
+    assert np.array_equal(tree.direct_table()[0], table)
+    more = [Subscription(f"n{i}", ((f"w{700 + i}",),), Rect(0, 0, 10, 10)) for i in range(100)]
+    for s in more:
+        tree.subscribe(s)
+        brute.subscribe(s)
+    tree.check_invariants()
+    assert_same_matches(tree, brute, msgs)

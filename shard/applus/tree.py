@@ -142,7 +142,7 @@ class APPlusTree(APTree):
         """The compiled Alg. 1 from ``start`` over the tree's columns: (message index, sub slot)
         of every match, the entries verified, and with ``traces`` the (message, node, depth) of
         every node a traversal reached."""
-        out_m, out_s, self._stamp, verified, tr_m, tr_n, tr_d = traverse_kernel(
+        out_m, out_s, self._stamp, verified, tr_m, tr_n, tr_d, misses = traverse_kernel(
             self._tree,
             self.store.columns(),
             self._term_stamp,
@@ -154,7 +154,9 @@ class APPlusTree(APTree):
             geom,
             start,
             traces,
+            *self.direct_table(),
         )
+        self._direct_missed(misses)
         return out_m, out_s, verified, tr_m, tr_n, tr_d
 
     def _traverse(self, off, terms, kind, geom, start, slot_of_q, store):

@@ -50,6 +50,7 @@ from shard.aptree.layout import (
     LBI_NT,
     LBI_SLOT,
     LBI_T,
+    LBK_MULTI,
     LEAF,
     MOVE_SIM_STEPS,
     N_COUNTERS,
@@ -228,7 +229,7 @@ def set_leaf_entry(LB, k, S, c):
     LB[k, LB_Y1] = bbox[s, 3]
     LBI = LB.view(np.int32)
     LBI[k, LBI_SLOT] = s
-    LBI[k, LBI_KIND] = S[0][s]
+    LBI[k, LBI_KIND] = S[0][s] | (LBK_MULTI if S[9][s] > 1 else 0)
     a = S[4][c]
     n = S[5][c]
     LBI[k, LBI_NT] = n

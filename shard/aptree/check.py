@@ -34,6 +34,7 @@ from shard.aptree.layout import (
     KNODE,
     LB_INLINE_TERMS,
     LBI_SLOT,
+    LBK_MULTI,
     LEAF,
     P_GAP_TO_DUMMY,
     P_MAX_SPAN,
@@ -113,7 +114,8 @@ def check_tree(tree: APTree) -> None:
                 )
                 s = cl_sub[c]
                 a, k = int(store.cl_off[c]), int(store.cl_len[c])
-                want = [*bbox[s].tolist(), s, int(store.kind[s]), k]
+                flags = int(store.kind[s]) | (LBK_MULTI if store.n_clauses[s] > 1 else 0)
+                want = [*bbox[s].tolist(), s, flags, k]
                 want += store.terms[a : a + min(k, LB_INLINE_TERMS)].tolist()
                 rec = LB[off + i]
                 ints = rec.view(np.int32)[LBI_SLOT : LBI_SLOT + len(want) - 4].tolist()

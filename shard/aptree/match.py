@@ -7,6 +7,22 @@ keyword that hit it (or at it, when the child refines the same keyword offset), 
 rect message overlaps) plus its dummy cell. Leaves verify keywords (a per-message term stamp) and
 region exactly; a per-subscription stamp reports each subscription once per message even when
 several DNF clauses or replicated entries match.
+
+Two shortcuts, both exact:
+
+* **The direct table of a wide k-node** (the root on rare-term text: one cut per keyword,
+  hundreds of thousands of them). Finding a keyword's cut is a binary search, ~18 dependent
+  reads there, most of them cache misses. ``direct_cuts`` tabulates, per term id, the cut that
+  search would find; the kernel takes the table's answer only after checking it against the
+  cut bounds (the search's own condition), and searches otherwise. A stale table (the node's
+  cuts changed since) costs time, never a match: the kernel counts its misses and the owner
+  re-makes it.
+* **No per-subscription stamp for a single-clause subscription and a point message.** A point
+  reaches one cell of every s-node and one cut (or the dummy) of every k-node per keyword
+  offset, and a clause lies in exactly one of those, so it is verified at most once; only a
+  subscription of several clauses (``LBK_MULTI`` on its entries) or a rect message, which
+  overlaps several cells, can meet an entry twice. Skipping the stamp saves a random read of
+  the per-slot stamps for every candidate.
 """
 
 from __future__ import annotations
@@ -32,6 +48,8 @@ from shard.aptree.layout import (
     LBI_NT,
     LBI_SLOT,
     LBI_T,
+    LBK_KIND,
+    LBK_MULTI,
     LEAF,
     T_BND,
     T_CH,
@@ -119,20 +137,44 @@ def pack_terms(ids, lens):
     return off, out[:pos].copy()
 
 
+DIRECT_MIN_CUTS = 256
+"""A k-node with at least this many cuts gets a direct table (below that, the search is a few
+cached reads)."""
+
+
 @njit(cache=True)
-def match_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom):
-    """Match every message of the batch. Returns (message index, subscription slot) pairs, the
-    last stamp used and the number of leaf entries verified (the paper's cost measure). Cost per
-    message: the nodes visited plus O(|c|) per clause verified."""
-    out_m, out_s, stamp, verified, _, _, _ = traverse_kernel(
-        T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, T[T_CNT][C_ROOT], False
+def direct_cuts(T, u):
+    """The direct table of k-node ``u``: for every term id ``w`` up to its last cut's high
+    keyword, the index of the last cut whose low keyword is ``<= w`` (0 when none is), which is
+    what the kernel's binary search finds. O(terms + cuts)."""
+    CLO = T[T_CLO]
+    CHI = T[T_CHI]
+    off = T[T_NI][u, F_CHOFF]
+    nch = T[T_NI][u, F_NCH]
+    out = np.zeros(CHI[off + nch - 1] + 1, np.int32)
+    for i in range(1, nch):
+        lo = CLO[off + i]
+        hi = CLO[off + i + 1] if i + 1 < nch else out.shape[0]
+        out[lo:hi] = i
+    return out
+
+
+@njit(cache=True)
+def match_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, DIR, dnode):
+    """Match every message of the batch (``DIR``: the direct table of node ``dnode``, or -1).
+    Returns (message index, subscription slot) pairs, the last stamp used, the number of leaf
+    entries verified (the paper's cost measure) and of direct-table answers found stale. Cost
+    per message: the nodes visited plus O(|c|) per clause verified."""
+    out_m, out_s, stamp, verified, _, _, _, misses = traverse_kernel(
+        T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, T[T_CNT][C_ROOT], False, DIR, dnode
     )
-    return out_m, out_s, stamp, verified
+    return out_m, out_s, stamp, verified, misses
 
 
 @njit(cache=True)
-def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start, trace):
-    """Alg. 1 from node ``start`` (the root, or a rebuilt subtree with η = 0). With ``trace``
+def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start, trace, DIR, dnode):
+    """Alg. 1 from node ``start`` (the root, or a rebuilt subtree with η = 0), ``DIR`` the direct
+    table of node ``dnode`` (``direct_cuts``; -1: none). With ``trace``
     it also returns every node each message visited, in visiting order, as (message index, node,
     dead end) where a dead end is a child the message would enter that does not exist (a missing
     dummy, an empty cell or cut): the AP+-Tree stores messages along these traces."""
@@ -157,6 +199,7 @@ def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start,
     stack_e = np.empty(256, np.int64)
     stamp = stamp0
     verified = 0
+    misses = 0
     ntr = 0
     cap = 4096 if trace else 1
     tr_m = np.empty(cap, np.int32)
@@ -201,7 +244,9 @@ def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start,
                     if gx1 < LB[k, 0] or gx0 > LB[k, 2] or gy1 < LB[k, 1] or gy0 > LB[k, 3]:
                         continue
                     s = LBI[k, LBI_SLOT]
-                    if SM[s] == stamp:
+                    flags = LBI[k, LBI_KIND]
+                    once = is_point and not (flags & LBK_MULTI)  # (the module's docstring)
+                    if not once and SM[s] == stamp:
                         continue
                     nt = LBI[k, LBI_NT]
                     if nt <= LB_INLINE_TERMS:
@@ -216,11 +261,12 @@ def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start,
                         c = LI[k]
                         if not all_stamped(TM, terms, cl_off[c], cl_off[c] + cl_len[c], stamp):
                             continue
-                    if LBI[k, LBI_KIND] == KIND_CIRCLE and not exact_hit(
+                    if (flags & LBK_KIND) == KIND_CIRCLE and not exact_hit(
                         KIND_CIRCLE, bbox[s], circ[s], is_point, gx0, gy0, m_geom[q]
                     ):
                         continue
-                    SM[s] = stamp
+                    if not once:
+                        SM[s] = stamp
                     if nout == out_m.shape[0]:
                         out_m = grown(out_m, nout)
                         out_s = grown(out_s, nout)
@@ -243,6 +289,16 @@ def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start,
                     # the last cut whose low keyword is <= w
                     lo = 0
                     hi = nch - 1
+                    if u == dnode:
+                        h = DIR[w] if w < DIR.shape[0] else -1
+                        if (
+                            0 <= h < nch
+                            and (h == 0 or CLO[off + h] <= w)
+                            and (h == nch - 1 or CLO[off + h + 1] > w)
+                        ):
+                            lo = hi = h
+                        else:
+                            misses += 1
                     while lo < hi:
                         mid = (lo + hi + 1) // 2
                         if CLO[off + mid] <= w:
@@ -295,4 +351,5 @@ def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start,
         tr_m[:ntr].copy(),
         tr_n[:ntr].copy(),
         tr_d[:ntr].copy(),
+        misses,
     )

@@ -76,7 +76,7 @@ class SubscriptionStore:
 
     def columns(self):
         """The tuple the kernels take: (kind, bbox, circ, cl_sub, cl_off, cl_len, terms, vel,
-        upd_dt)."""
+        upd_dt, n_clauses)."""
         return (
             self.kind,
             self.bbox,
@@ -87,6 +87,7 @@ class SubscriptionStore:
             self.terms,
             self.vel,
             self.upd_dt,
+            self.n_clauses,
         )
 
     # ---- vocabulary -----------------------------------------------------------------------

@@ -42,9 +42,11 @@ from shard.aptree.layout import (
     DEFAULT_MAX_SPAN,
     DEFAULT_THETA_KL,
     DEFAULT_THETA_P,
+    F_CHOFF,
     F_DEPTH,
     F_LLEN,
     F_NBUILT,
+    F_NCH,
     F_SIZE,
     F_TYPE,
     KNODE,
@@ -68,7 +70,7 @@ from shard.aptree.layout import (
     T_NI,
 )
 from shard.aptree.maintain import delete_clauses, insert_clauses, rebuild_nodes
-from shard.aptree.match import match_kernel, pack_terms
+from shard.aptree.match import DIRECT_MIN_CUTS, direct_cuts, match_kernel, pack_terms
 from shard.aptree.store import SubscriptionStore
 from shard.aptree.vocab import VocabTable
 from shard.errors import ValidationError
@@ -94,6 +96,10 @@ a tree grown fourfold since its last build matched 1.21-1.28 times as slowly as 
 of the same subscriptions, twofold 1.15-1.18 (docs/BENCHMARKS.md). Smaller trees keep the
 fourfold step: their builds cost mostly fixed costs (~30 ms at 5,000), and a cluster filling
 up would pause for each, close together."""
+
+
+_NO_DIRECT = (np.zeros(0, np.int32), -1)
+"""No direct table (``APTree.direct_table``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +187,8 @@ class APTree:
         self._n_updates = 0
         self._built_size = 0
         self._follower: tuple[Callable, Callable] | None = None
+        self._direct = _NO_DIRECT
+        self._direct_key: tuple[int, int, int] | None = None
         self.verified = 0
         """Leaf entries verified by matching so far (the paper's cost measure)."""
 
@@ -414,6 +422,25 @@ class APTree:
         if n > self._sub_stamp.shape[0]:
             self._sub_stamp = np.zeros(max(n, 2 * self._sub_stamp.shape[0]), np.int64)
 
+    def direct_table(self) -> tuple[np.ndarray, int]:
+        """(direct table, its node) for the kernels (``shard.aptree.match``): the root's, when
+        the root is a k-node of at least ``DIRECT_MIN_CUTS`` cuts; re-made when the root, its
+        cut slice or its cut count changed, or when the last match found it stale."""
+        T = self._tree
+        NI = T[T_NI]
+        root = int(T[T_CNT][C_ROOT])
+        key = (root, int(NI[root, F_CHOFF]), int(NI[root, F_NCH]))
+        if key != self._direct_key:
+            wide = NI[root, F_TYPE] == KNODE and key[2] >= DIRECT_MIN_CUTS
+            self._direct = (direct_cuts(T, root), root) if wide else _NO_DIRECT
+            self._direct_key = key
+        return self._direct
+
+    def _direct_missed(self, misses: int) -> None:
+        """The kernel found the direct table stale ``misses`` times: re-make it next time."""
+        if misses:
+            self._direct_key = None
+
     # ---- matching ---------------------------------------------------------------------------
     def encode(self, messages: Sequence[Message]) -> EncodedMessages:
         """Messages to kernel arrays (``encode_messages`` over this tree's vocabulary)."""
@@ -423,7 +450,7 @@ class APTree:
         """(message index, subscription slot) for every match in the batch; compiled. Each
         subscription appears at most once per message."""
         self._ensure_stamps()
-        out_m, out_s, self._stamp, verified = match_kernel(
+        out_m, out_s, self._stamp, verified, misses = match_kernel(
             self._tree,
             self.store.columns(),
             self._term_stamp,
@@ -433,8 +460,10 @@ class APTree:
             batch.terms,
             batch.kind,
             batch.geom,
+            *self.direct_table(),
         )
         self.verified += int(verified)
+        self._direct_missed(misses)
         return out_m, out_s
 
     def match_batch(self, messages: Sequence[Message]) -> list[list[str]]:
