@@ -40,6 +40,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--redis-url")
     p.add_argument("--ray-address")
     p.add_argument("--data-dir")
+    p.add_argument("--metrics-port", type=int)
+    p.add_argument("--metrics-host")
     return p.parse_args(argv)
 
 

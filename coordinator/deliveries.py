@@ -157,6 +157,16 @@ class Deliveries:
         self._handled = 0
         """Rounds the writer has written, answered and offered."""
         self._waiting: list[tuple[int, asyncio.Future]] = []
+        self.on_delivered: Callable[[list, float], None] | None = None
+        """Called with a round's spans and ``perf_counter()`` once its deliveries are handed to
+        the streams (``coordinator.metrics``)."""
+        self.on_log_write: Callable[[float], None] | None = None
+        """Called with the seconds each successful write of a round to the log took."""
+
+    @property
+    def backlog(self) -> int:
+        """Rounds numbered and not yet written, answered and offered."""
+        return self._numbered - self._handled
 
     @property
     def ephemeral(self) -> set[str]:
@@ -361,6 +371,8 @@ class Deliveries:
                     await self._write(w)
                 self._answer(w)
                 self._offer(w.followed, w.delivery, w.ends)
+                if self.on_delivered is not None:
+                    self.on_delivered(w.rnd.spans, time.perf_counter())
             except Exception as exc:  # a bug: this round's callers hear of it, the writer goes
                 # on (a writer that died would leave every later round waiting for it)
                 _log.critical("the delivery writer failed on a round", exc_info=True)
@@ -383,9 +395,12 @@ class Deliveries:
         pause = RETRY_S[0]
         while True:
             try:
+                t0 = time.perf_counter()
                 dropped = await self.log.append(
                     w.n, w.rnd.now, w.blob, w.pub_ids, w.leases, *w.state
                 )
+                if self.on_log_write is not None:
+                    self.on_log_write(time.perf_counter() - t0)
             except UnavailableError as exc:
                 self.log_failures += 1
                 if not self.log_failing:

@@ -9,8 +9,9 @@ missed, applied to it again with deliveries: ``coordinator.recovery``).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from shard.model import Point, Subscription, Update
@@ -59,6 +60,9 @@ class Op:
     """The order the engine routed it in (a "redo" operation: its item's first routing):
     what a shard missed of a subscription before it was unsubscribed is an old one's
     (``Recovery.forget``)."""
+    born: float = field(default_factory=time.perf_counter)
+    """When it reached the engine (``perf_counter``): ``coordinator.metrics`` times a publish
+    to its deliveries from here."""
 
 
 def fail(fut: asyncio.Future, err: Exception) -> None:

@@ -26,6 +26,7 @@ from coordinator.engine import Engine
 from coordinator.handlers import add_service
 from coordinator.health import REDIS_HEALTH, SERVICE, shard_health_name
 from coordinator.metadata import Metadata
+from coordinator.metrics import Metrics, RpcMetrics
 from coordinator.ops import ShardHandle
 from coordinator.outages import untold_records
 from coordinator.retention import RoundLog
@@ -94,6 +95,10 @@ class Coordinator:
         self._loop_failed = False
         self.access: Access | None = None
         """Token checks (``create_server`` sets it when ``Settings.auth_on``)."""
+        self.metrics: Metrics | None = None
+        """The Prometheus endpoint (``create_server`` sets it when ``metrics_port`` is given)."""
+        self.metrics_port = 0
+        """The metrics endpoint's port once it serves."""
 
     async def start(self) -> None:
         """Connect to Redis, load or build the partition map, rebuild every shard from the
@@ -259,7 +264,10 @@ class Coordinator:
 
     async def _check_health(self) -> None:
         try:
+            t0 = time.perf_counter()
             await self.md.ping()
+            if self.metrics is not None:
+                self.metrics.redis_ping.observe(time.perf_counter() - t0)
             redis_ok = True
         except UnavailableError as exc:
             redis_ok = False
@@ -299,6 +307,8 @@ class Coordinator:
         await self.md.close()
         if self.access is not None:
             await self.access.stop()
+        if self.metrics is not None:
+            self.metrics.stop()
         if self.engine is not None:
             for shard in self.engine.shards:
                 close = getattr(shard, "close", None)  # a RayShard's channel
@@ -353,8 +363,14 @@ async def create_server(
     """Build, load and start the service on ``settings.host:settings.port`` (port 0: any free
     port); health (SERVING once the shards are loaded) and reflection on. Returns (server, port,
     coordinator); stop with ``await stop_server(server, coordinator)``."""
+    metrics = Metrics() if settings.metrics_port else None
+    if metrics is not None:  # every round of every shard timed, the replacements' too
+        shard_factory = metrics.timed(shard_factory)
     app = Coordinator(settings, shard_factory, clock=clock)
-    interceptors = []
+    app.metrics = metrics
+    interceptors: list[grpc.aio.ServerInterceptor] = []
+    if metrics is not None:  # first: it sees the auth check's refusals too
+        interceptors.append(RpcMetrics(metrics))
     if settings.auth_on:
         app.access = Access(
             settings.redis_url, settings.namespace, timeout_s=settings.deadline_s, clock=clock
@@ -383,6 +399,19 @@ async def create_server(
     await server.start()
     await app.start()
     await app.watch_health(health_servicer)
+    if metrics is not None:
+        app.deliveries.on_delivered = metrics.delivered
+        app.deliveries.on_log_write = metrics.log_write.observe
+        metrics.watch(app)
+        app.metrics_port = metrics.serve(
+            settings.metrics_host, settings.metrics_port, settings.tls_cert, settings.tls_key
+        )
+        log.info(
+            "metrics on %s://%s:%d/metrics",
+            "https" if settings.tls_cert else "http",
+            settings.metrics_host,
+            app.metrics_port,
+        )
     return server, port, app
 
 

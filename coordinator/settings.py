@@ -80,6 +80,12 @@ class Settings:
     shard_calls: str = "channel"
     """How rounds reach the shard actors: "channel", over each actor's direct connection
     (``shard.host.channel``), or "ray", one Ray call per round and shard (~1 ms of CPU each)."""
+    metrics_port: int = 0
+    """Port of the Prometheus endpoint (``coordinator.metrics``: ``http(s)://HOST:PORT/metrics``);
+    0: no endpoint."""
+    metrics_host: str = "127.0.0.1"
+    """Address the metrics endpoint binds: a loopback address unless TLS is on (it is then
+    served over HTTPS with ``tls_cert``) or ``insecure``. It shows counts and timings only."""
     deadline_s: float = 10.0
     """Longest the coordinator waits for a shard or Redis before answering UNAVAILABLE: every
     Redis command is bounded by it (socket timeouts), every shard call by half of it (the rest
@@ -157,6 +163,19 @@ class Settings:
             "shard_calls",
             self.shard_calls,
             '"channel" or "ray"',
+        )
+        _check(0 <= self.metrics_port <= 65535, "metrics_port", self.metrics_port, "0..65535")
+        _check(
+            not self.metrics_port or self.metrics_port != self.port or self.port == 0,
+            "metrics_port",
+            self.metrics_port,
+            "another port than the gRPC port",
+        )
+        _check(
+            self.tls_on or self.insecure or _loopback(self.metrics_host),
+            "metrics_host",
+            self.metrics_host,
+            "a loopback address unless TLS is on (the endpoint then serves HTTPS) or insecure = true",
         )
         _check(self.deadline_s > 0, "deadline_s", self.deadline_s, "> 0")
         _check(self.restart_max >= 0, "restart_max", self.restart_max, ">= 0")

@@ -54,6 +54,9 @@ class LocalShard:
     async def stats(self) -> dict[str, Any]:
         return self.state.stats()
 
+    async def figures(self) -> dict[str, Any]:
+        return self.state.figures()
+
 
 class RayShard:
     """A shard actor (``shard.host.actor.make_shard_actor``). Rounds (``apply``) go over the actor's
@@ -147,6 +150,9 @@ class RayShard:
 
     async def stats(self) -> dict[str, Any]:
         return await self._call(self.actor.stats.remote())
+
+    async def figures(self) -> dict[str, Any]:
+        return await self._call(self.actor.figures.remote())
 
     async def _bounded(self, awaitable, limit: float | None):
         if limit is None:

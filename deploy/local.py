@@ -186,6 +186,12 @@ CLIENT_SECRETS = ("token",)
 """Settings of a client that the coordinator's file does not keep."""
 
 
+def metrics_url(settings: Settings) -> str:
+    """Where the coordinator's Prometheus endpoint serves (``metrics_port``)."""
+    scheme = "https" if settings.tls_on else "http"
+    return f"{scheme}://{settings.metrics_host}:{settings.metrics_port}/metrics"
+
+
 def write_settings(settings: Settings, path: Path) -> None:
     """Write every field of ``settings`` as TOML for ``--config`` (read back: ``Settings.load``)."""
     lines = ["# Written by `geopubsub up`: the resolved settings of the running cluster."]
@@ -320,6 +326,7 @@ class LocalCluster:
                 "log": str(self.log_path),
                 "argv": self.argv,
                 "tls": dataclasses.asdict(self.tls) if self.tls else None,
+                "metrics": metrics_url(self.settings) if self.settings.metrics_port else None,
                 "restarts": self.restarts.get("coordinator", 0),
                 "gave_up": self.gave_up.get("coordinator"),
             },

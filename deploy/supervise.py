@@ -273,6 +273,8 @@ def up(
                 "\n  auth on: every call but health needs a bearer token (make one with: "
                 f"geopubsub token create --role admin --data-dir {settings.data_dir})"
             )
+        if settings.metrics_port:
+            tls_line += f"\n  metrics: {local.metrics_url(settings)}"
         print(
             f"geopubsub cluster SERVING at {cluster.target}: {settings.shards} shards, {ray_line}\n"
             f"  coordinator pid {cluster.coordinator.pid}, log {cluster.log_path}\n  {redis_line}"

@@ -361,6 +361,10 @@ class ShardState:
     def live_messages(self) -> int:
         return len(self.tree.msgs)
 
+    def figures(self) -> dict[str, int]:
+        """The O(1) counts for monitoring: subscriptions and live messages."""
+        return {"subscriptions": len(self.tree.store), "live_messages": len(self.tree.msgs)}
+
     def stats(self) -> dict[str, Any]:
         """Counts for monitoring: subscriptions, moving ones, live messages, the tree's node and
         list statistics. O(subscriptions) (the moving count), so not for every request."""

@@ -93,6 +93,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--ray-address", dest="ray_address", help="join this Ray cluster instead of a local Ray"
     )
     up.add_argument(
+        "--metrics-port",
+        dest="metrics_port",
+        type=int,
+        help="serve Prometheus metrics on this port (http(s)://HOST:PORT/metrics; default off)",
+    )
+    up.add_argument(
+        "--metrics-host",
+        dest="metrics_host",
+        help="the metrics endpoint's bind address (default 127.0.0.1; another needs TLS on)",
+    )
+    up.add_argument(
         "--tls",
         choices=["auto"],
         help="auto: serve TLS with a local CA and certificate made under <data-dir>/tls",
