@@ -35,6 +35,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "geopubsub.tools.load_cli",
         "bulk-load subscriptions (JSON Lines, Parquet, CSV) into the cluster with Spark",
     ),
+    "spark": (
+        "geopubsub.tools.load_cli",
+        "run a Spark standalone master and worker(s) here for `load --master` (Ctrl-C stops)",
+    ),
     "token": ("geopubsub.tools.token_cli", "bearer tokens of a cluster with auth on"),
 }
 """Every command, in the order of ``geopubsub --help``: the module whose ``register(sub)`` adds

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from coordinator.settings import Settings
+from deploy import spark_standalone
 from deploy.local import CONFIG_FILE, read_manifest
 from geopubsub.client import add_client_flags, request_reload
 from geopubsub.tools.cluster_cli import client_access
 from loader.job import add_arguments, run, spark_conf, spark_session
-from shard.errors import ValidationError
+from shard.errors import GeoPubSubError, ValidationError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,6 +39,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--data-dir", default=".geopubsub", help="local cluster files (default .geopubsub)"
     )
     p.set_defaults(func=run_load)
+
+    sp = sub.add_parser(
+        "spark",
+        help="run a Spark standalone master and worker(s) here for `load --master` (Ctrl-C stops)",
+    )
+    sp.add_argument("--workers", type=int, default=1, help="workers (default 1)")
+    sp.add_argument("--cores", type=int, default=2, help="cores per worker (default 2)")
+    sp.add_argument("--memory", default="2g", help="memory per worker (default 2g)")
+    sp.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    sp.add_argument(
+        "--data-dir",
+        default=".geopubsub",
+        help="its logs go to <data-dir>/spark (default .geopubsub)",
+    )
+    sp.set_defaults(func=run_spark)
 
 
 def resolve(args: argparse.Namespace) -> tuple[str, str, int | None, str | None]:
@@ -101,3 +118,33 @@ def run_load(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def run_spark(args: argparse.Namespace) -> int:
+    """A standalone master and workers in the foreground, until Ctrl-C."""
+    try:
+        cluster = spark_standalone.start(
+            Path(args.data_dir) / "spark",
+            workers=args.workers,
+            cores=args.cores,
+            memory=args.memory,
+            host=args.host,
+        )
+    except GeoPubSubError as exc:
+        print(f"geopubsub spark: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"Spark master {cluster.url} with {args.workers} worker(s) of {args.cores} cores; "
+        f"status {cluster.webui}\n  load with: geopubsub load --master {cluster.url} INPUT...\n"
+        "  Ctrl-C stops it",
+        flush=True,
+    )
+    try:
+        while all(p.poll() is None for p in cluster.procs):
+            time.sleep(1.0)
+        print("geopubsub spark: a Spark process exited; stopping", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        cluster.stop()
