@@ -18,7 +18,7 @@ from coordinator.server import create_server, stop_server
 from coordinator.settings import Settings
 from coordinator.shards import RayShard
 from shard.errors import GeoPubSubError
-from shard.host.actor import make_shard_actor
+from shard.host.actor import make_shard_actor, shard_node
 from shard.host.heap import FULL_CHECK_EVERY_S, GcPauses, collect_if_grown, young_collections_only
 from shard.host.runtime import hand_over_promptly
 
@@ -55,7 +55,7 @@ async def serve(settings) -> None:
         ray.init(include_dashboard=False, log_to_driver=False, _system_config=config)
 
     def factory(k: int) -> RayShard:
-        actor = make_shard_actor(k, max_restarts=settings.shard_max_restarts)
+        actor = make_shard_actor(k, max_restarts=settings.shard_max_restarts, node_id=shard_node(k))
         return RayShard(
             k, actor, channel=settings.shard_calls == "channel", deadline_s=settings.deadline_s
         )

@@ -35,14 +35,21 @@ import asyncio
 import gc
 import inspect
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
+import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from prometheus_client import start_http_server as _start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 log = logging.getLogger(__name__)
@@ -95,13 +102,13 @@ class Metrics:
             ["shard"],
             registry=r,
         )
-        self.publish_delivery = Histogram(
+        self.publish_delivery = BulkHistogram(
             "geopubsub_publish_to_delivery_seconds",
             "A matching publish, from its arrival to its deliveries handed to the streams "
             "(after the round's write to the retention log)",
-            buckets=LATENCY_S,
-            registry=r,
+            LATENCY_S,
         )
+        r.register(self.publish_delivery)
         self.log_write = Histogram(
             "geopubsub_log_write_duration_seconds",
             "A round's write to the retention log in Redis (one script call)",
@@ -134,11 +141,10 @@ class Metrics:
 
     def delivered(self, spans: list, now: float) -> None:
         """A round's deliveries were handed to the streams at ``now`` (``perf_counter``): each
-        publish of it that matched took ``now - op.born``."""
-        observe = self.publish_delivery.observe
-        for op, a, b in spans:
-            if op.kind == "pub" and b > a:
-                observe(now - op.born)
+        publish of it that matched took ``now - op.born`` (one histogram update a round)."""
+        born = [op.born for op, a, b in spans if b > a and op.kind == "pub"]
+        if born:
+            self.publish_delivery.observe_many(now - np.array(born))
 
     def timed(self, factory: Callable[[int], Any]) -> Callable[[int], Any]:
         """A shard factory whose handles time their rounds (``TimedShard``)."""
@@ -164,6 +170,35 @@ class Metrics:
         else:
             dt = time.perf_counter() - self._gc_t0
             self.gc_pause.labels(str(info["generation"])).observe(dt)
+
+
+class BulkHistogram(Collector):
+    """A histogram updated a batch at a time (``observe_many``: one ``searchsorted`` for a
+    round's publishes, against ``prometheus_client``'s ~0.6 µs a call for each), exported as an
+    ordinary Prometheus histogram."""
+
+    def __init__(self, name: str, documentation: str, buckets: tuple[float, ...]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.bounds = np.asarray(buckets, np.float64)
+        self.counts = np.zeros(len(buckets) + 1, np.int64)  # the last: above every bound
+        self.sum = 0.0
+        self._lock = threading.Lock()
+
+    def observe_many(self, values: np.ndarray) -> None:
+        idx = np.searchsorted(self.bounds, values, side="left")  # value <= bound: that bucket
+        add = np.bincount(idx, minlength=self.counts.shape[0])
+        with self._lock:
+            self.counts += add
+            self.sum += float(values.sum())
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            cum = np.cumsum(self.counts).tolist()
+            total = self.sum
+        buckets = [(repr(float(b)), c) for b, c in zip(self.bounds.tolist(), cum, strict=False)]
+        buckets.append(("+Inf", cum[-1]))
+        yield HistogramMetricFamily(self.name, self.documentation, buckets=buckets, sum_value=total)
 
 
 class TimedShard:
@@ -356,6 +391,9 @@ def _shard_families(per: list) -> Iterator[Metric]:
     up = GaugeMetricFamily(
         "geopubsub_shard_up", "Whether the shard answered the scrape", labels=["shard"]
     )
+    info = GaugeMetricFamily(
+        "geopubsub_shard_info", "The Ray node a shard runs on (always 1)", labels=["shard", "node"]
+    )
     subs = GaugeMetricFamily(
         "geopubsub_shard_subscriptions", "Subscriptions on the shard", labels=["shard"]
     )
@@ -386,6 +424,8 @@ def _shard_families(per: list) -> Iterator[Metric]:
             up.add_metric([label], 0)
             continue
         up.add_metric([label], 1)
+        if "node" in f:
+            info.add_metric([label, f["node"]], 1)
         subs.add_metric([label], f["subscriptions"])
         live.add_metric([label], f["live_messages"])
         if "cpu_s" in f:
@@ -396,4 +436,4 @@ def _shard_families(per: list) -> Iterator[Metric]:
         ):
             gcs.add_metric([label, str(g)], n)
             gcs_s.add_metric([label, str(g)], s)
-    yield from (up, subs, live, cpu, rss, gcs, gcs_s)
+    yield from (up, info, subs, live, cpu, rss, gcs, gcs_s)

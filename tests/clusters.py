@@ -9,8 +9,10 @@ import contextlib
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from coordinator.engine import Engine
 from coordinator.server import create_server, stop_server
 from coordinator.settings import Settings
 from coordinator.shards import LocalShard, RayShard
+from deploy.processes import free_port, log_tail, stop_process, stop_session
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.host.actor import make_shard_actor
 from shard.state import ShardState
@@ -157,3 +160,68 @@ def launch(
 
 def launch_settings(tmp_path: Path, **flags) -> Settings:
     return Settings.load(flags={"data_dir": str(tmp_path), "port": 0, **flags})
+
+
+@contextlib.contextmanager
+def ray_nodes(n: int = 2):
+    """A Ray cluster of ``n`` nodes on this machine, each a ``ray start --block`` of one CPU with
+    a resource of its own (``geopubsub_node_<i>``), as a user starts one per machine; yields the
+    head's address. Its files are under a temporary directory of its own (its address file too,
+    so that no later ``ray.init()`` on this machine finds it); every process is stopped after."""
+    ray_bin = str(Path(sys.executable).with_name("ray"))
+    tmp = Path(tempfile.mkdtemp(prefix="gpsray", dir="/tmp"))  # (Ray's socket paths are short)
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    common = ["--block", "--num-cpus=1", "--disable-usage-stats"]
+    cmds = [
+        [ray_bin, "start", "--head", f"--port={port}", f"--temp-dir={tmp}", *common]
+        + ["--include-dashboard=false", '--resources={"geopubsub_node_0": 1}']
+    ]
+    cmds += [
+        [
+            ray_bin,
+            "start",
+            f"--address={address}",
+            *common,
+            f'--resources={{"geopubsub_node_{i}": 1}}',
+        ]
+        for i in range(1, n)
+    ]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    procs: list[subprocess.Popen] = []
+    try:
+        for i, cmd in enumerate(cmds):
+            log = open(tmp / f"node-{i}.log", "wb")  # noqa: SIM115 (the child's, closed below)
+            procs.append(
+                subprocess.Popen(
+                    cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                )
+            )
+            log.close()
+            _wait_nodes(ray_bin, address, i + 1, env, tmp)
+        yield address
+    finally:
+        for p in reversed(procs):
+            stop_process(p.pid, popen=p, grace_s=15.0)
+            stop_session(p.pid, settle_s=1.0)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _wait_nodes(ray_bin: str, address: str, n: int, env: dict, tmp: Path) -> None:
+    """Until ``ray status`` at ``address`` lists ``n`` nodes (120 s at most)."""
+    deadline = time.monotonic() + 120
+    out = ""
+    while time.monotonic() < deadline:
+        r = subprocess.run(
+            [ray_bin, "status", f"--address={address}"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        out = r.stdout + r.stderr
+        if sum(f"geopubsub_node_{i}" in out for i in range(n)) == n:
+            return
+        time.sleep(1.0)
+    logs = "\n".join(log_tail(p) for p in sorted(tmp.glob("node-*.log")))
+    raise AssertionError(f"Ray at {address} did not list {n} nodes: {out[-2000:]}\n{logs}")

@@ -42,6 +42,8 @@ SETTING_FLAGS = (
     "redis_url",
     "ray_address",
     "data_dir",
+    "metrics_port",
+    "metrics_host",
     "tls",
     "tls_cert",
     "tls_key",

@@ -46,6 +46,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from shard.errors import UnavailableError
 from shard.host.channel import ChannelServer
@@ -180,6 +181,7 @@ class ShardActor:
         scrape never waits behind a round (each read is one atomic length or counter)."""
         gcp = self._gc
         return self._state.figures() | {
+            "node": ray.get_runtime_context().get_node_id(),
             "cpu_s": time.process_time(),
             "rss_bytes": _rss_bytes(),
             "gc_collections": list(gcp.count),
@@ -218,10 +220,13 @@ def make_shard_actor(
     name: str | None = None,
     namespace: str | None = None,
     num_cpus: float | None = None,
+    node_id: str | None = None,
 ) -> Any:
     """Start shard ``shard_id`` as a Ray actor (``ray.init`` must have run) and return its handle.
     ``options`` go to ``ShardState`` / ``APPlusTree``; ``name``/``namespace`` make it a named
-    actor; ``num_cpus`` reserves CPUs for it (Ray's default reserves none once it runs). After
+    actor; ``num_cpus`` reserves CPUs for it (Ray's default reserves none once it runs);
+    ``node_id`` asks for that Ray node (``shard_node``), and Ray's scheduler decides without
+    it. After
     ``ray.init()``::
 
         handle = make_shard_actor(0, {"theta_p": 64}); ray.get(handle.info.remote())
@@ -231,6 +236,8 @@ def make_shard_actor(
         "max_task_retries": max_task_retries,
         "max_concurrency": 1,
     }
+    if node_id is not None:  # there if it can be, elsewhere if that node is gone
+        opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=True)
     if name is not None:
         opts["name"] = name
     if namespace is not None:
@@ -238,6 +245,16 @@ def make_shard_actor(
     if num_cpus is not None:
         opts["num_cpus"] = num_cpus
     return RemoteShardActor.options(**opts).remote(shard_id, options)
+
+
+def shard_node(shard_id: int) -> str | None:
+    """The Ray node for shard ``shard_id``: the cluster's alive nodes that offer CPUs, in
+    the order of their ids, shard k on node k mod their number (on one node: that node). Ray's
+    own strategies packed both shards of a two-node cluster onto one node (SPREAD included)."""
+    nodes = sorted(
+        n["NodeID"] for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU")
+    )
+    return nodes[shard_id % len(nodes)] if nodes else None
 
 
 def _was_reconstructed() -> bool:
