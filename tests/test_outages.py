@@ -292,10 +292,9 @@ class Gated(FaultyShard):
         return await super().load(subs, now, tags)
 
 
-async def _unsubscribed_during_its_old_shards_load() -> tuple[Gated, Engine, Told, list]:
-    """A moving subscription ``s`` holding ``m`` leaves shard 0 while it is down (which is then
-    loaded with it as its subscriber was told) and is unsubscribed, on shard 1 only, while
-    that load waits at the gate (still closed)."""
+def _two_gated_shards() -> tuple[Gated, Gated, Engine, Told, list]:
+    """An engine started over shard 0 (around x = 1) and shard 1 (around x = 9), both
+    ``Gated``, on a test clock; what its subscribers are told is kept."""
     rng = random.Random(0)
     a, b = Gated(0, rng), Gated(1, rng)
     clock = [1000.0]
@@ -310,6 +309,14 @@ async def _unsubscribed_during_its_old_shards_load() -> tuple[Gated, Engine, Tol
     )
     told_.engine = engine
     engine.start()
+    return a, b, engine, told_, clock
+
+
+async def _unsubscribed_during_its_old_shards_load() -> tuple[Gated, Engine, Told, list]:
+    """A moving subscription ``s`` holding ``m`` leaves shard 0 while it is down (which is then
+    loaded with it as its subscriber was told) and is unsubscribed, on shard 1 only, while
+    that load waits at the gate (still closed)."""
+    a, b, engine, told_, clock = _two_gated_shards()
     await engine.subscribe(Subscription("s", (("a",),), Rect(0, 0, 2, 2), moving=True))
     await engine.publish(Message("m", ("a",), Point(1, 1), ttl=5.0), b"p")
     a.dead = True  # down; its first load fails, the second waits at the gate
@@ -380,20 +387,7 @@ def test_a_subscription_moved_onto_a_down_shard_and_made_again_during_its_load_s
     monkeypatch.setattr("coordinator.recovery.RELOAD_PAUSE_S", (0.02, 0.02))
 
     async def main():
-        rng = random.Random(0)
-        a, b = Gated(0, rng), Gated(1, rng)
-        clock = [1000.0]
-        told_ = Told()
-        engine = Engine(
-            [a, b],
-            PartitionMap.build([(1, 5), (9, 5)], 2),
-            on_round=told_.on_round,
-            batch_delay_ms=0.5,
-            clock=lambda: clock[0],
-            tick_s=0.01,
-        )
-        told_.engine = engine
-        engine.start()
+        a, b, engine, told_, clock = _two_gated_shards()
         await engine.subscribe(Subscription("s", (("a",),), Rect(8, 8, 9, 9), moving=True))
         a.dead = True
         await asyncio.gather(engine.move("s", Point(1.2, 1.2)), return_exceptions=True)
