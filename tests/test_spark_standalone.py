@@ -9,17 +9,21 @@ import asyncio
 import json
 import os
 import random
+import signal
+import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 
 import pytest
 import redis
 
 from coordinator.metadata import Metadata
 from deploy import spark_standalone
+from deploy.processes import alive
 from shard.model import subscription_from_dict, subscription_to_dict
 from shard.workload import write_jsonl
-from tests.cli import run_geopubsub
+from tests.cli import ROOT, run_geopubsub
 from tests.workloads import random_subscription
 
 pytestmark = pytest.mark.spark
@@ -66,3 +70,44 @@ def test_the_loader_runs_on_a_standalone_master_and_worker(redis_url, tmp_path):
     got = {s.id: s for s in asyncio.run(read_back())}
     want = {r["id"]: subscription_from_dict(r) for r in rows[:-1]}
     assert got == want
+
+
+def test_the_spark_command_serves_until_sigterm_and_leaves_nothing(tmp_path):
+    """``geopubsub spark`` prints its master and stops it and its worker on SIGTERM (as on
+    Ctrl-C), the JVMs included."""
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    argv = [sys.executable, "-m", "geopubsub.tools.cli", "spark", "--cores", "1", "--memory", "1g"]
+    proc = subprocess.Popen(
+        [*argv, "--data-dir", str(tmp_path)], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True
+    )
+    jvms: list[int] = []
+    try:
+        first = proc.stdout.readline()
+        assert first.startswith("Spark master spark://127.0.0.1:"), first
+        url = first.split()[2]
+        jvms = session_members_of_children(proc.pid)
+        assert len(jvms) == 2, jvms  # the master and the worker
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        assert not [p for p in jvms if alive(p)], url
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        for p in jvms:  # (only when the test failed: left behind)
+            if alive(p):
+                os.kill(p, signal.SIGKILL)
+
+
+def session_members_of_children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (the master's and the worker's JVMs)."""
+    out = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            out.append(int(entry.name))
+    return out

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from coordinator.settings import Settings
 from deploy import spark_standalone
-from deploy.local import CONFIG_FILE, read_manifest
+from deploy.local import CONFIG_FILE, read_manifest, sigterm_as_interrupt
 from geopubsub.client import add_client_flags, request_reload
 from geopubsub.tools.cluster_cli import client_access
 from loader.job import add_arguments, run, spark_conf, spark_session
@@ -121,7 +121,12 @@ def run_load(args: argparse.Namespace) -> int:
 
 
 def run_spark(args: argparse.Namespace) -> int:
-    """A standalone master and workers in the foreground, until Ctrl-C."""
+    """A standalone master and workers in the foreground, until Ctrl-C or SIGTERM."""
+    with sigterm_as_interrupt():
+        return _spark_foreground(args)
+
+
+def _spark_foreground(args: argparse.Namespace) -> int:
     try:
         cluster = spark_standalone.start(
             Path(args.data_dir) / "spark",
@@ -136,7 +141,7 @@ def run_spark(args: argparse.Namespace) -> int:
     print(
         f"Spark master {cluster.url} with {args.workers} worker(s) of {args.cores} cores; "
         f"status {cluster.webui}\n  load with: geopubsub load --master {cluster.url} INPUT...\n"
-        "  Ctrl-C stops it",
+        "  Ctrl-C (or SIGTERM) stops it",
         flush=True,
     )
     try:
