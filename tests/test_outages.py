@@ -338,6 +338,19 @@ async def _expire_all(engine: Engine, told_: Told, clock: list) -> None:
     await engine.stop()
 
 
+async def _old_one_off_shard_0(a: Gated, engine: Engine, told_: Told, clock: list, m: Message):
+    """Shard 0's load goes on (its gate opens): the old ``s`` is not on it afterwards, ``m``
+    published there (where the old one was) does not reach the new ``s``, and every message
+    expires with nobody told anything wrong."""
+    a.gate.set()
+    await settled(engine)
+    assert a.state.subscriptions(["s"]) == [None]
+    await engine.publish(m, b"p")
+    await settled(engine)
+    assert m.id not in told_.held.get("s", set())
+    await _expire_all(engine, told_, clock)
+
+
 def test_a_subscription_gone_during_its_old_shards_load_leaves_that_shard(monkeypatch):
     """The reloaded shard drops the subscription unsubscribed during its load too, or it stays
     there under a slot the next subscription takes (which got the REMOVEs of the stale one's
@@ -366,13 +379,8 @@ def test_a_subscription_unsubscribed_and_made_again_during_its_old_shards_load_l
     async def main():
         a, engine, told_, clock = await _unsubscribed_during_its_old_shards_load()
         await engine.subscribe(Subscription("s", (("a",),), Rect(8, 8, 9, 9)))  # on b
-        a.gate.set()
-        await settled(engine)
-        assert a.state.subscriptions(["s"]) == [None]
-        await engine.publish(Message("m2", ("a",), Point(1, 1), ttl=5.0), b"p")
-        await settled(engine)
-        assert "m2" not in told_.held.get("s", set())
-        await _expire_all(engine, told_, clock)  # m and m2 expire on a: no REMOVE for s
+        # m and m2 expire on a: no REMOVE for s
+        await _old_one_off_shard_0(a, engine, told_, clock, Message("m2", ("a",), Point(1, 1), 5.0))
 
     asyncio.run(main())
 
@@ -397,13 +405,9 @@ def test_a_subscription_moved_onto_a_down_shard_and_made_again_during_its_load_s
         # (answered UNAVAILABLE: routed to shard 0, still down, and applied there after its load)
         await asyncio.gather(engine.unsubscribe("s"), return_exceptions=True)
         await engine.subscribe(Subscription("s", (("a",),), Rect(8, 8, 9, 9)))
-        a.gate.set()
-        await settled(engine)
-        assert a.state.subscriptions(["s"]) == [None]
-        await engine.publish(Message("m", ("a",), Point(1.2, 1.2), ttl=5.0), b"p")
-        await settled(engine)
-        assert "m" not in told_.held.get("s", set())
-        await _expire_all(engine, told_, clock)
+        await _old_one_off_shard_0(
+            a, engine, told_, clock, Message("m", ("a",), Point(1.2, 1.2), 5.0)
+        )
 
     asyncio.run(main())
 
