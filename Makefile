@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO   := .geopubsub/demo
 
-.PHONY: run test setup lint bench clean redis-server
+.PHONY: run test setup lint bench clean redis-server chromium
 
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
@@ -22,6 +22,12 @@ redis-server:
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server && \
 	  { $(SUDO) service redis-server stop || true; }; }
 
+# Debian's headless browser and its driver, for the live map's test (tests/test_livemap.py)
+chromium:
+	@{ command -v chromium >/dev/null && command -v chromedriver >/dev/null; } || { \
+	  $(SUDO) apt-get update && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver; }
+
 setup: $(STAMP) redis-server
 
 ## make run: the demo (geopubsub/tools/demo.py): a local cluster (private redis-server, local Ray, 2 shards),
@@ -33,7 +39,7 @@ run: $(STAMP) redis-server
 	  --dnf-share 0.1 --circle-share 0.1 --region-msg-share 0.05 --shards 2
 
 ## make test: lint, the import layers (pyproject.toml [tool.importlinter]) and the whole test suite
-test: $(STAMP) redis-server
+test: $(STAMP) redis-server chromium
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q

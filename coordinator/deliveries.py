@@ -157,9 +157,9 @@ class Deliveries:
         self._handled = 0
         """Rounds the writer has written, answered and offered."""
         self._waiting: list[tuple[int, asyncio.Future]] = []
-        self.on_delivered: Callable[[list, float], None] | None = None
-        """Called with a round's spans and ``perf_counter()`` once its deliveries are handed to
-        the streams (``coordinator.metrics``)."""
+        self.on_delivered: list[Callable[[Round, float], None]] = []
+        """Each called with a round and ``perf_counter()`` once its deliveries are handed to
+        the streams (``coordinator.metrics``, ``coordinator.overview``)."""
         self.on_log_write: Callable[[float], None] | None = None
         """Called with the seconds each successful write of a round to the log took."""
 
@@ -371,8 +371,10 @@ class Deliveries:
                     await self._write(w)
                 self._answer(w)
                 self._offer(w.followed, w.delivery, w.ends)
-                if self.on_delivered is not None:
-                    self.on_delivered(w.rnd.spans, time.perf_counter())
+                if self.on_delivered:
+                    t = time.perf_counter()
+                    for listener in self.on_delivered:
+                        listener(w.rnd, t)
             except Exception as exc:  # a bug: this round's callers hear of it, the writer goes
                 # on (a writer that died would leave every later round waiting for it)
                 _log.critical("the delivery writer failed on a round", exc_info=True)

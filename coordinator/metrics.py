@@ -52,6 +52,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from coordinator.rounds import Round
+
 log = logging.getLogger(__name__)
 
 LATENCY_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
@@ -139,10 +141,10 @@ class Metrics:
         self.registry.register(_StateCollector(app, asyncio.get_running_loop()))
         gc.callbacks.append(self._gc)
 
-    def delivered(self, spans: list, now: float) -> None:
+    def delivered(self, rnd: Round, now: float) -> None:
         """A round's deliveries were handed to the streams at ``now`` (``perf_counter``): each
         publish of it that matched took ``now - op.born`` (one histogram update a round)."""
-        born = [op.born for op, a, b in spans if b > a and op.kind == "pub"]
+        born = [op.born for op, a, b in rnd.spans if b > a and op.kind == "pub"]
         if born:
             self.publish_delivery.observe_many(now - np.array(born))
 

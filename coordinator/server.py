@@ -29,6 +29,7 @@ from coordinator.metadata import Metadata
 from coordinator.metrics import Metrics, RpcMetrics
 from coordinator.ops import ShardHandle
 from coordinator.outages import untold_records
+from coordinator.overview import Watch
 from coordinator.retention import RoundLog
 from coordinator.service import GeoPubSubService
 from coordinator.settings import Settings
@@ -83,6 +84,9 @@ class Coordinator:
             dedupe=self.dedupe,
         )
         self.engine: Engine | None = None
+        self.watch = Watch(self._subscription)
+        """The open Watch streams (``coordinator.overview``), fed each delivered round."""
+        self.deliveries.on_delivered.append(self.watch.on_round)
         self.started = clock()
         self._reload_lock = asyncio.Lock()
         self.health: health.aio.HealthServicer | None = None
@@ -107,6 +111,9 @@ class Coordinator:
         shards = [self.shard_factory(k) for k in range(self.settings.shards)]
         n = await self._load(shards)
         log.info("loaded %d subscriptions into %d shards", n, len(shards))
+
+    def _subscription(self, sub_id: str) -> Subscription | None:
+        return None if self.engine is None else self.engine.subs.get(sub_id)
 
     @staticmethod
     def _one_shot(payload: bytes) -> Message:
@@ -400,7 +407,7 @@ async def create_server(
     await app.start()
     await app.watch_health(health_servicer)
     if metrics is not None:
-        app.deliveries.on_delivered = metrics.delivered
+        app.deliveries.on_delivered.append(metrics.delivered)
         app.deliveries.on_log_write = metrics.log_write.observe
         metrics.watch(app)
         app.metrics_port = metrics.serve(

@@ -12,6 +12,7 @@ import contextlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from coordinator import overview
 from coordinator.access import check_owned
 from coordinator.engine import Engine
 from coordinator.status import grpc_errors
@@ -261,6 +262,19 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
     @grpc_errors
     async def Reload(self, request, context):
         return pb.ReloadResponse(subscriptions=await self.app.reload())
+
+    @grpc_errors
+    async def GetDensity(self, request, context):
+        overview.density_view(request)  # INVALID_ARGUMENT before UNAVAILABLE
+        eng = self.engine
+        if down := eng.recovery.down_shards():
+            raise UnavailableError("; ".join(down[k] for k in sorted(down)))
+        return await overview.density(eng.shards, eng.pm.boxes, request)
+
+    @grpc_errors
+    async def Watch(self, request, context):
+        async for events in self.app.watch.stream(request):
+            yield events
 
     @grpc_errors
     async def GetStats(self, request, context):

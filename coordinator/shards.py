@@ -57,6 +57,9 @@ class LocalShard:
     async def figures(self) -> dict[str, Any]:
         return self.state.figures()
 
+    async def density(self, own, view, cols: int, rows: int, keyword: str) -> bytes:
+        return self.state.density(own, view, cols, rows, keyword).astype("<u4").tobytes()
+
 
 class RayShard:
     """A shard actor (``shard.host.actor.make_shard_actor``). Rounds (``apply``) go over the actor's
@@ -153,6 +156,9 @@ class RayShard:
 
     async def figures(self) -> dict[str, Any]:
         return await self._call(self.actor.figures.remote())
+
+    async def density(self, own, view, cols: int, rows: int, keyword: str) -> bytes:
+        return await self._call(self.actor.density.remote(own, view, cols, rows, keyword))
 
     async def _bounded(self, awaitable, limit: float | None):
         if limit is None:

@@ -40,6 +40,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "run a Spark standalone master and worker(s) here for `load --master` (Ctrl-C stops)",
     ),
     "token": ("geopubsub.tools.token_cli", "bearer tokens of a cluster with auth on"),
+    "map": (
+        "geopubsub.tools.livemap.server",
+        "the live map: a web page of the cluster's subscriptions, messages and movers",
+    ),
 }
 """Every command, in the order of ``geopubsub --help``: the module whose ``register(sub)`` adds
 it (the commands of one module stand together, in the order it adds them) and its help line

@@ -13,7 +13,10 @@
    live progress line; after the last publish the movers keep moving until every message expired;
 5. **report** — throughput, publish→delivery latency percentiles, sample deliveries, and the oracle
    check of every followed stream (``geopubsub.tools.oracle_check``);
-6. everything started is stopped, on error and Ctrl-C too.
+6. everything started is stopped, on error and Ctrl-C too (``--keep``: not before Ctrl-C).
+
+The live map (``geopubsub map``) of the cluster is served from step 2 on, its URL printed
+(``--map-port``, 0: any free port, -1: no map).
 
 Exit code 0; 1 when the oracle check found a violation; 130 on Ctrl-C (or SIGTERM).
 """
@@ -41,7 +44,10 @@ from coordinator.settings import Settings
 from deploy import local
 from deploy.local import sigterm_as_interrupt
 from deploy.redis_local import redis_dir
+from geopubsub.client import Endpoint
 from geopubsub.tools.gen import generate
+from geopubsub.tools.livemap.server import DEFAULT_PORT as MAP_PORT
+from geopubsub.tools.livemap.server import serve as serve_map
 from geopubsub.tools.oracle_check import (
     PublishWindow,
     Verdict,
@@ -650,6 +656,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--in-flight", type=int, default=None, help="Subscribe calls in flight (--register grpc)"
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    p.add_argument(
+        "--map-port",
+        type=int,
+        default=MAP_PORT,
+        help=f"serve the live map on 127.0.0.1:PORT (default {MAP_PORT}; 0: any free port; -1: no map)",
+    )
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="after the report, keep the cluster and the map up until Ctrl-C",
+    )
     p.set_defaults(func=run)
 
 
@@ -671,7 +688,7 @@ def run(args: argparse.Namespace) -> int:
     _validate(args)
     err = sys.stderr
     progress = Progress(err)
-    cluster = None
+    cluster = livemap = None
     try:
         with sigterm_as_interrupt():
             try:
@@ -683,7 +700,11 @@ def run(args: argparse.Namespace) -> int:
                     "coordinator_pid": cluster.coordinator.pid,
                     "redis_pid": cluster.redis.pid if cluster.redis is not None else None,
                 }
+                livemap = start_map(args, cluster.target, progress.say)
                 r, lines = _run(args, work, cluster, progress)
+                _report(r, t0, started, args, lines)
+                if args.keep:
+                    _keep(cluster.target, livemap, progress.say)
             except KeyboardInterrupt:
                 progress.say("interrupted")
                 return 130
@@ -691,20 +712,51 @@ def run(args: argparse.Namespace) -> int:
                 progress.say(f"geopubsub demo: error: {exc.code().name}: {exc.details()}")
                 return 1
             finally:
+                if livemap is not None:
+                    livemap.close()
                 if cluster is not None:
                     progress.say("cluster       stopping ...")
                     cluster.stop()
                     progress.say("              stopped")
     except KeyboardInterrupt:  # a second Ctrl-C while stopping
         return 130
+    bad = r["check_static"]["violations"] + r["check_movers"]["violations"]
+    return 1 if bad or r["registration"]["rejected"] else 0
+
+
+def _report(r: dict, t0: float, started: dict, args, lines: list[str]) -> None:
     r["total_s"] = round(time.perf_counter() - t0, 1)
     r["cluster"] = started
     if args.json:
-        print(json.dumps(r))
+        print(json.dumps(r), flush=True)
     else:
         print_report(r, lines, sys.stdout)
-    bad = r["check_static"]["violations"] + r["check_movers"]["violations"]
-    return 1 if bad or r["registration"]["rejected"] else 0
+        sys.stdout.flush()
+
+
+def _keep(target: str, livemap, say: Callable[[str], None]) -> None:
+    """``--keep``: wait for Ctrl-C (or SIGTERM) with the cluster and the map up."""
+    where = f", the map at {livemap.url}" if livemap is not None else ""
+    say(f"kept          the cluster at {target}{where}; Ctrl-C stops them")
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        say("              Ctrl-C")
+
+
+def start_map(args: argparse.Namespace, target: str, say: Callable[[str], None]):
+    """The live map of the demo's cluster (``geopubsub.tools.livemap``), None with
+    ``--map-port -1`` or when the port is taken (said, the demo goes on)."""
+    if args.map_port < 0:
+        return None
+    try:
+        server = serve_map(Endpoint(target), "127.0.0.1", args.map_port)
+    except OSError as exc:
+        say(f"map           not served: 127.0.0.1:{args.map_port}: {exc.strerror}")
+        return None
+    say(f"map           {server.url} (the live map; open it in a browser)")
+    return server
 
 
 def register_grpc(target: str, subs: list[Subscription], args, progress: Progress) -> dict:

@@ -244,3 +244,67 @@ class Stats(_message.Message):
     log_rounds: int
     log_bytes: int
     def __init__(self, subscriptions: _Optional[int] = ..., moving_subscriptions: _Optional[int] = ..., live_messages: _Optional[int] = ..., published: _Optional[int] = ..., deliveries: _Optional[int] = ..., dropped_deliveries: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ShardStats, _Mapping]]] = ..., uptime_s: _Optional[float] = ..., moves: _Optional[int] = ..., rounds: _Optional[int] = ..., rejected_overload: _Optional[int] = ..., shard_failures: _Optional[int] = ..., unlogged_deliveries: _Optional[int] = ..., gaps: _Optional[int] = ..., log_write_failures: _Optional[int] = ..., log_rounds: _Optional[int] = ..., log_bytes: _Optional[int] = ...) -> None: ...
+
+class DensityRequest(_message.Message):
+    __slots__ = ("view", "cols", "rows", "keyword")
+    VIEW_FIELD_NUMBER: _ClassVar[int]
+    COLS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    KEYWORD_FIELD_NUMBER: _ClassVar[int]
+    view: Rect
+    cols: int
+    rows: int
+    keyword: str
+    def __init__(self, view: _Optional[_Union[Rect, _Mapping]] = ..., cols: _Optional[int] = ..., rows: _Optional[int] = ..., keyword: _Optional[str] = ...) -> None: ...
+
+class Density(_message.Message):
+    __slots__ = ("view", "cols", "rows", "counts", "subscriptions")
+    VIEW_FIELD_NUMBER: _ClassVar[int]
+    COLS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    view: Rect
+    cols: int
+    rows: int
+    counts: _containers.RepeatedScalarFieldContainer[int]
+    subscriptions: int
+    def __init__(self, view: _Optional[_Union[Rect, _Mapping]] = ..., cols: _Optional[int] = ..., rows: _Optional[int] = ..., counts: _Optional[_Iterable[int]] = ..., subscriptions: _Optional[int] = ...) -> None: ...
+
+class WatchRequest(_message.Message):
+    __slots__ = ("keyword", "max_messages_per_s", "max_movers")
+    KEYWORD_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    MAX_MOVERS_FIELD_NUMBER: _ClassVar[int]
+    keyword: str
+    max_messages_per_s: int
+    max_movers: int
+    def __init__(self, keyword: _Optional[str] = ..., max_messages_per_s: _Optional[int] = ..., max_movers: _Optional[int] = ...) -> None: ...
+
+class WatchedMessage(_message.Message):
+    __slots__ = ("message", "matched")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    MATCHED_FIELD_NUMBER: _ClassVar[int]
+    message: Message
+    matched: int
+    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ..., matched: _Optional[int] = ...) -> None: ...
+
+class WatchEvents(_message.Message):
+    __slots__ = ("time", "published", "expired", "moved", "unsubscribed", "published_count", "skipped_messages", "moves_count")
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    PUBLISHED_FIELD_NUMBER: _ClassVar[int]
+    EXPIRED_FIELD_NUMBER: _ClassVar[int]
+    MOVED_FIELD_NUMBER: _ClassVar[int]
+    UNSUBSCRIBED_FIELD_NUMBER: _ClassVar[int]
+    PUBLISHED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    MOVES_COUNT_FIELD_NUMBER: _ClassVar[int]
+    time: float
+    published: _containers.RepeatedCompositeFieldContainer[WatchedMessage]
+    expired: _containers.RepeatedScalarFieldContainer[str]
+    moved: _containers.RepeatedCompositeFieldContainer[LocationUpdate]
+    unsubscribed: _containers.RepeatedScalarFieldContainer[str]
+    published_count: int
+    skipped_messages: int
+    moves_count: int
+    def __init__(self, time: _Optional[float] = ..., published: _Optional[_Iterable[_Union[WatchedMessage, _Mapping]]] = ..., expired: _Optional[_Iterable[str]] = ..., moved: _Optional[_Iterable[_Union[LocationUpdate, _Mapping]]] = ..., unsubscribed: _Optional[_Iterable[str]] = ..., published_count: _Optional[int] = ..., skipped_messages: _Optional[int] = ..., moves_count: _Optional[int] = ...) -> None: ...

@@ -85,6 +85,16 @@ class GeoPubSubStub(object):
                 request_serializer=geopubsub_dot_v1_dot_geopubsub__pb2.ReloadRequest.SerializeToString,
                 response_deserializer=geopubsub_dot_v1_dot_geopubsub__pb2.ReloadResponse.FromString,
                 _registered_method=True)
+        self.GetDensity = channel.unary_unary(
+                '/geopubsub.v1.GeoPubSub/GetDensity',
+                request_serializer=geopubsub_dot_v1_dot_geopubsub__pb2.DensityRequest.SerializeToString,
+                response_deserializer=geopubsub_dot_v1_dot_geopubsub__pb2.Density.FromString,
+                _registered_method=True)
+        self.Watch = channel.unary_stream(
+                '/geopubsub.v1.GeoPubSub/Watch',
+                request_serializer=geopubsub_dot_v1_dot_geopubsub__pb2.WatchRequest.SerializeToString,
+                response_deserializer=geopubsub_dot_v1_dot_geopubsub__pb2.WatchEvents.FromString,
+                _registered_method=True)
 
 
 class GeoPubSubServicer(object):
@@ -166,6 +176,20 @@ class GeoPubSubServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetDensity(self, request, context):
+        """Admin: subscriptions counted on a grid, e.g. for a density map.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Watch(self, request, context):
+        """Admin: the cluster's traffic as it happens (sampled), e.g. for a live map.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GeoPubSubServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -218,6 +242,16 @@ def add_GeoPubSubServicer_to_server(servicer, server):
                     servicer.Reload,
                     request_deserializer=geopubsub_dot_v1_dot_geopubsub__pb2.ReloadRequest.FromString,
                     response_serializer=geopubsub_dot_v1_dot_geopubsub__pb2.ReloadResponse.SerializeToString,
+            ),
+            'GetDensity': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetDensity,
+                    request_deserializer=geopubsub_dot_v1_dot_geopubsub__pb2.DensityRequest.FromString,
+                    response_serializer=geopubsub_dot_v1_dot_geopubsub__pb2.Density.SerializeToString,
+            ),
+            'Watch': grpc.unary_stream_rpc_method_handler(
+                    servicer.Watch,
+                    request_deserializer=geopubsub_dot_v1_dot_geopubsub__pb2.WatchRequest.FromString,
+                    response_serializer=geopubsub_dot_v1_dot_geopubsub__pb2.WatchEvents.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -491,6 +525,60 @@ class GeoPubSub(object):
             '/geopubsub.v1.GeoPubSub/Reload',
             geopubsub_dot_v1_dot_geopubsub__pb2.ReloadRequest.SerializeToString,
             geopubsub_dot_v1_dot_geopubsub__pb2.ReloadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetDensity(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/geopubsub.v1.GeoPubSub/GetDensity',
+            geopubsub_dot_v1_dot_geopubsub__pb2.DensityRequest.SerializeToString,
+            geopubsub_dot_v1_dot_geopubsub__pb2.Density.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Watch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/geopubsub.v1.GeoPubSub/Watch',
+            geopubsub_dot_v1_dot_geopubsub__pb2.WatchRequest.SerializeToString,
+            geopubsub_dot_v1_dot_geopubsub__pb2.WatchEvents.FromString,
             options,
             channel_credentials,
             insecure,

@@ -189,6 +189,14 @@ class ShardActor:
         }
 
     @_locked
+    def density(
+        self, own: Sequence[float], view: Sequence[float], cols: int, rows: int, keyword: str
+    ) -> bytes:
+        """``ShardState.density``, the counts as little-endian uint32 bytes."""
+        counts = self._live().density(own, view, cols, rows, keyword)
+        return counts.astype("<u4").tobytes()
+
+    @_locked
     def stats(self) -> dict[str, Any]:
         """The state's figures, and this process's garbage-collector pauses."""
         gcp = self._gc
