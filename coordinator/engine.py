@@ -317,29 +317,30 @@ class Engine:
         self,
         entries: Sequence[tuple[Message, bytes, float]],
         skip: Mapping[str, frozenset[int]] | None = None,
-    ) -> None:
+    ) -> list[asyncio.Future]:
         """Store live messages (message, payload, expiry) in the shards again, before every
         operation waiting, without delivering them again; the engine learns them, and which
         subscriptions hold each, anew (at start). ``skip``: message id -> shards that missed
-        it (their outage record says so) and get it as a "redo" instead."""
+        it (their outage record says so) and get it as a "redo" instead. Returns their
+        operations' futures."""
         if not entries:
-            return
+            return []
         loop = asyncio.get_running_loop()
         skip = skip or {}
-        self.queue_first(
-            [
-                Op(
-                    "pub",
-                    m,
-                    loop.create_future(),
-                    p,
-                    replay=True,
-                    expiry=e,
-                    skip=skip.get(m.id, frozenset()),
-                )
-                for m, p, e in entries
-            ]
-        )
+        ops = [
+            Op(
+                "pub",
+                m,
+                loop.create_future(),
+                p,
+                replay=True,
+                expiry=e,
+                skip=skip.get(m.id, frozenset()),
+            )
+            for m, p, e in entries
+        ]
+        self.queue_first(ops)
+        return [op.future for op in ops]
 
     def queue_first(self, ops: list[Op]) -> None:
         """Queue operations ahead of every operation waiting."""

@@ -9,6 +9,7 @@ health statuses, and stopping.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -103,6 +104,8 @@ class Coordinator:
         """The Prometheus endpoint (``create_server`` sets it when ``metrics_port`` is given)."""
         self.metrics_port = 0
         """The metrics endpoint's port once it serves."""
+        self.replaying: list[asyncio.Future] = []
+        """The live messages the last load stores in the shards again (their operations)."""
 
     async def start(self) -> None:
         """Connect to Redis, load or build the partition map, rebuild every shard from the
@@ -124,13 +127,26 @@ class Coordinator:
         mp = pb.Message.FromString(payload)
         return from_proto_message(mp, default_id=mp.id, field="live"), payload, expiry
 
-    async def _load(self, shards: list[ShardHandle], live=(), positions=None, owed=None) -> int:
-        """Read the subscriptions, the ephemeral set and the partition map from Redis, bulk-load
-        every shard and start a fresh engine over ``shards``. Returns the subscriptions."""
+    async def _load(
+        self,
+        shards: list[ShardHandle],
+        live=(),
+        positions=None,
+        owed=None,
+        *,
+        new_map: bool = False,
+        settle: int = 0,
+    ) -> int:
+        """Read the subscriptions, the ephemeral set and the partition map from Redis (a new
+        map with ``new_map``), bulk-load every shard and start a fresh engine over ``shards``;
+        the outage records of the first ``settle`` shards (at least ``shards``) dropped at a
+        reload. Returns the subscriptions."""
         with loading():  # (no garbage collection until its end: shard.host.heap)
-            return await self._load_all(shards, live, positions, owed or {})
+            return await self._load_all(shards, live, positions, owed or {}, new_map, settle)
 
-    async def _load_all(self, shards: list[ShardHandle], live, positions, owed) -> int:
+    async def _load_all(
+        self, shards: list[ShardHandle], live, positions, owed, new_map=False, settle=0
+    ) -> int:
         s = self.settings
         subs: list[Subscription] = []
         async for batch in self.md.iter_subscriptions():
@@ -143,7 +159,7 @@ class Coordinator:
             subs = [_placed(s, positions.get(s.id)) for s in subs]
         self.slots.replace_ephemeral(await self.md.ephemeral_ids())
         pm = await self.md.load_partition_map()
-        rebuilt = pm is None or len(pm) != s.shards
+        rebuilt = new_map or pm is None or len(pm) != s.shards
         if rebuilt:
             pm = PartitionMap.build(_centres(subs), s.shards)
             await self.md.save_partition_map(pm)
@@ -197,8 +213,8 @@ class Coordinator:
             if records:  # shards down, or changes untold, when the coordinator before died
                 skip = recovery.restart(records, per, replayed, self._one_shot)
         else:  # a reload: every shard is loaded as things are now (the first round's write
-            for k in range(s.shards):  # deletes the records the engine before left)
-                recovery.settle(k, None)
+            for k in range(max(s.shards, settle)):  # deletes the records the engine before
+                recovery.settle(k, None)  # left)
         now = self.clock()
         loaded = await asyncio.gather(
             *(self.engine.load_shard(k, per.get(k, []), now) for k in range(s.shards)),
@@ -220,7 +236,7 @@ class Coordinator:
         # messages going back into the shards without deliveries: from the log at start, from
         # the engine before at a reload
         recovery.resume()
-        self.engine.replay(replayed, skip)
+        self.replaying = self.engine.replay(replayed, skip)
         return len(self.engine.subs)
 
     def _engine_failed(self, exc: BaseException) -> None:
@@ -246,6 +262,42 @@ class Coordinator:
             )
             log.info("reloaded %d subscriptions", n)
             return n
+
+    async def rebalance(self, n: int = 0) -> int:
+        """A new partition map for ``n`` shards (0: as many as now) from the subscriptions as
+        they are, shards added (``shard_factory``) or the last ones removed, and every shard
+        rebuilt from Redis with it, the live messages stored again (``reload`` with a new map).
+        Refused while a shard is down (what it missed is kept by its old index). The count
+        holds until the coordinator starts again with another ``shards`` setting."""
+        async with self._reload_lock:
+            old = self.engine
+            if down := old.recovery.down_shards():
+                raise UnavailableError(
+                    "rebalance once every shard serves: " + "; ".join(down[k] for k in sorted(down))
+                )
+            before = len(old.shards)
+            n = n or before
+            await old.stop()
+            await self.deliveries.drain()
+            shards = list(old.shards[:n]) + [self.shard_factory(k) for k in range(before, n)]
+            self.settings = dataclasses.replace(self.settings, shards=n)
+            count = await self._load(
+                shards,
+                list(old.live.values()),
+                await self.log.positions(),
+                None,
+                new_map=True,
+                settle=max(before, n),
+            )
+            if self.replaying:  # answered once the live messages are in the shards again
+                await asyncio.wait(self.replaying, timeout=self.settings.deadline_s)
+            for s in old.shards[n:]:
+                with contextlib.suppress(Exception):
+                    await s.close()
+                if hasattr(s, "kill"):
+                    s.kill()
+            log.info("rebalanced %d subscriptions over %d shards (were %d)", count, n, before)
+            return count
 
     async def watch_health(self, health_servicer: health.aio.HealthServicer) -> None:
         """Set the health statuses now, and keep them current from now on: every

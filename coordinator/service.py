@@ -28,6 +28,7 @@ from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.errors import NotFoundError, UnavailableError, ValidationError
 from shard.limits import MAX_MOVE_BATCH, MAX_PUBLISH_BATCH
 from shard.model import validate_id
+from shard.partition_map import MAX_PARTS
 
 if TYPE_CHECKING:
     from coordinator.server import Coordinator
@@ -262,6 +263,16 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
     @grpc_errors
     async def Reload(self, request, context):
         return pb.ReloadResponse(subscriptions=await self.app.reload())
+
+    @grpc_errors
+    async def Rebalance(self, request, context):
+        n = request.shards
+        if n > MAX_PARTS:
+            raise ValidationError("shards", n, f"must be in [1, {MAX_PARTS}] (0: as many as now)")
+        subs = await self.app.rebalance(n)
+        return pb.RebalanceResponse(
+            shards=len(self.engine.shards), subscriptions=subs, live_messages=len(self.engine.live)
+        )
 
     @grpc_errors
     async def GetDensity(self, request, context):

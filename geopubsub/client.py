@@ -587,6 +587,13 @@ class GeoPubSubClient:
             pause_s = min(2 * pause_s, RESUME_BACKOFF_S[1])
 
     # ---- cluster ----------------------------------------------------------------------------
+    def rebalance(
+        self, shards: int = 0, timeout_s: float = RELOAD_TIMEOUT_S
+    ) -> pb.RebalanceResponse:
+        """Admin: a new partition map for ``shards`` shards (0: as many as now), shards added or
+        removed, every shard rebuilt (``Rebalance``)."""
+        return self._stub.Rebalance(pb.RebalanceRequest(shards=shards), timeout=timeout_s)
+
     def stats(self) -> pb.Stats:
         """Cluster figures (``geopubsub.v1.Stats``)."""
         return self._stub.GetStats(pb.GetStatsRequest(), timeout=self.timeout_s)

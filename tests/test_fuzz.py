@@ -211,7 +211,8 @@ def _status(c: Coordinator, method, requests: list) -> grpc.StatusCode:
     return grpc.StatusCode.OK
 
 
-_METHODS = [m for m in SERVICE.methods if m.name != "Reload"]  # Reload: below, a few times
+_METHODS = [m for m in SERVICE.methods if m.name not in ("Reload", "Rebalance")]
+"""Reload and Rebalance rebuild every shard (Rebalance up to 1,024 of them): below, a few times."""
 
 
 @FUZZ
@@ -253,6 +254,8 @@ def _valid(name: str, k: int):
         ),
         "StreamResults": lambda: pb.StreamResultsRequest(id=f"v{k}", after_sequence=k),
         "GetStats": lambda: pb.GetStatsRequest(),
+        "GetDensity": lambda: pb.DensityRequest(view=rect, cols=4, rows=2, keyword="ipad"),
+        "Watch": lambda: pb.WatchRequest(keyword="ipad", max_messages_per_s=10, max_movers=5),
     }[name]()
 
 
@@ -298,6 +301,9 @@ def test_reload_with_garbage_and_then_the_cluster_still_serves_exactly(coordinat
     reload = SERVICE.methods_by_name["Reload"]
     for payload in (b"", b"\xff\xff", b"\x0a\x02hi"):
         assert _call(coordinator, reload, [payload]) in DOCUMENTED
+    rebalance = SERVICE.methods_by_name["Rebalance"]
+    for payload in (b"\xff\xff", b"\x08\x88\x27", pb.RebalanceRequest(shards=2)):  # 5000: no
+        assert _call(coordinator, rebalance, [payload]) in DOCUMENTED
     health = health_pb2_grpc.HealthStub(coordinator.channel)
     status = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=10).status
     assert status == health_pb2.HealthCheckResponse.SERVING

@@ -135,6 +135,7 @@ def test_service_methods_and_streaming():
         "StreamResults": ("StreamResultsRequest", "Delivery", False, True),
         "GetStats": ("GetStatsRequest", "Stats", False, False),
         "Reload": ("ReloadRequest", "ReloadResponse", False, False),
+        "Rebalance": ("RebalanceRequest", "RebalanceResponse", False, False),
         "GetDensity": ("DensityRequest", "Density", False, False),
         "Watch": ("WatchRequest", "WatchEvents", False, True),
     }

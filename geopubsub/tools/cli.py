@@ -21,6 +21,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "unsubscribe": ("geopubsub.tools.cluster_cli", "remove a subscription"),
     "publish": ("geopubsub.tools.cluster_cli", "publish one message"),
     "move": ("geopubsub.tools.cluster_cli", "move a moving subscription"),
+    "rebalance": (
+        "geopubsub.tools.cluster_cli",
+        "a new partition map for N shards (adding or removing shards), every shard rebuilt",
+    ),
     "stats": ("geopubsub.tools.cluster_cli", "cluster figures"),
     "register": (
         "geopubsub.tools.register",

@@ -34,6 +34,7 @@ from geopubsub.client import (
     describe_stats,
 )
 from shard.errors import GeoPubSubError, ValidationError
+from shard.partition_map import MAX_PARTS
 
 SETTING_FLAGS = (
     "shards",
@@ -188,6 +189,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--id", required=True)
     m.add_argument("--point", nargs=2, type=float, required=True, metavar=("LON", "LAT"))
     m.set_defaults(func=run_move)
+
+    rb = sub.add_parser(
+        "rebalance",
+        parents=[remote],
+        help="a new partition map for N shards (adding or removing shards), every shard rebuilt",
+    )
+    rb.add_argument(
+        "--shards", type=int, default=0, help="the number of shards, 1-1024 (default: as now)"
+    )
+    rb.set_defaults(func=run_rebalance)
 
     st = sub.add_parser("stats", parents=[remote], help="cluster figures")
     st.add_argument("--json", action="store_true", help="print the Stats message as JSON")
@@ -359,6 +370,20 @@ def run_move(args: argparse.Namespace) -> int:
     for delivery in updates:
         print(delivery)
     print(f"moved {args.id} to {lon:g},{lat:g}: {len(updates)} updates")
+    return 0
+
+
+@_reports_errors
+def run_rebalance(args: argparse.Namespace) -> int:
+    if not 0 <= args.shards <= MAX_PARTS:
+        raise ValidationError("--shards", args.shards, f"must be in [1, {MAX_PARTS}] (0: as now)")
+    with _client(args) as client:
+        r = client.rebalance(args.shards)
+    print(
+        f"rebalanced: {r.shards} shards hold {r.subscriptions:,} subscriptions and "
+        f"{r.live_messages:,} live messages (a new partition map); a coordinator started again "
+        "with another --shards makes the map for that number"
+    )
     return 0
 
 

@@ -197,6 +197,22 @@ class ReloadResponse(_message.Message):
     subscriptions: int
     def __init__(self, subscriptions: _Optional[int] = ...) -> None: ...
 
+class RebalanceRequest(_message.Message):
+    __slots__ = ("shards",)
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
+    shards: int
+    def __init__(self, shards: _Optional[int] = ...) -> None: ...
+
+class RebalanceResponse(_message.Message):
+    __slots__ = ("shards", "subscriptions", "live_messages")
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    LIVE_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    shards: int
+    subscriptions: int
+    live_messages: int
+    def __init__(self, shards: _Optional[int] = ..., subscriptions: _Optional[int] = ..., live_messages: _Optional[int] = ...) -> None: ...
+
 class ShardStats(_message.Message):
     __slots__ = ("shard", "subscriptions", "live_messages")
     SHARD_FIELD_NUMBER: _ClassVar[int]

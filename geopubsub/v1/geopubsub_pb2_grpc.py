@@ -85,6 +85,11 @@ class GeoPubSubStub(object):
                 request_serializer=geopubsub_dot_v1_dot_geopubsub__pb2.ReloadRequest.SerializeToString,
                 response_deserializer=geopubsub_dot_v1_dot_geopubsub__pb2.ReloadResponse.FromString,
                 _registered_method=True)
+        self.Rebalance = channel.unary_unary(
+                '/geopubsub.v1.GeoPubSub/Rebalance',
+                request_serializer=geopubsub_dot_v1_dot_geopubsub__pb2.RebalanceRequest.SerializeToString,
+                response_deserializer=geopubsub_dot_v1_dot_geopubsub__pb2.RebalanceResponse.FromString,
+                _registered_method=True)
         self.GetDensity = channel.unary_unary(
                 '/geopubsub.v1.GeoPubSub/GetDensity',
                 request_serializer=geopubsub_dot_v1_dot_geopubsub__pb2.DensityRequest.SerializeToString,
@@ -176,6 +181,13 @@ class GeoPubSubServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Rebalance(self, request, context):
+        """Admin: a new partition map for `shards` shards (adding or removing some), every shard rebuilt.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetDensity(self, request, context):
         """Admin: subscriptions counted on a grid, e.g. for a density map.
         """
@@ -242,6 +254,11 @@ def add_GeoPubSubServicer_to_server(servicer, server):
                     servicer.Reload,
                     request_deserializer=geopubsub_dot_v1_dot_geopubsub__pb2.ReloadRequest.FromString,
                     response_serializer=geopubsub_dot_v1_dot_geopubsub__pb2.ReloadResponse.SerializeToString,
+            ),
+            'Rebalance': grpc.unary_unary_rpc_method_handler(
+                    servicer.Rebalance,
+                    request_deserializer=geopubsub_dot_v1_dot_geopubsub__pb2.RebalanceRequest.FromString,
+                    response_serializer=geopubsub_dot_v1_dot_geopubsub__pb2.RebalanceResponse.SerializeToString,
             ),
             'GetDensity': grpc.unary_unary_rpc_method_handler(
                     servicer.GetDensity,
@@ -525,6 +542,33 @@ class GeoPubSub(object):
             '/geopubsub.v1.GeoPubSub/Reload',
             geopubsub_dot_v1_dot_geopubsub__pb2.ReloadRequest.SerializeToString,
             geopubsub_dot_v1_dot_geopubsub__pb2.ReloadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Rebalance(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/geopubsub.v1.GeoPubSub/Rebalance',
+            geopubsub_dot_v1_dot_geopubsub__pb2.RebalanceRequest.SerializeToString,
+            geopubsub_dot_v1_dot_geopubsub__pb2.RebalanceResponse.FromString,
             options,
             channel_credentials,
             insecure,
