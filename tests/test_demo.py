@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,44 @@ def test_demo_interrupted_stops_the_cluster(tmp_path):
     assert local.read_manifest(tmp_path / "cluster") is None
     assert not alive(manifest["coordinator"]["pid"], started=manifest["coordinator"]["started"])
     assert not alive(manifest["redis"]["pid"], started=manifest["redis"]["started"])
+
+
+def test_demo_serves_the_live_map_and_keeps_it_with_keep_until_ctrl_c(tmp_path):
+    argv = [*DEMO, "--duration", "3", "--rate", "100", "--ttl", "1", "--streams", "5"]
+    argv += ["--work-dir", str(tmp_path), "--map-port", "0", "--keep"]
+    proc = subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        url = None
+        deadline = time.monotonic() + 300
+        for line in proc.stderr:
+            if line.startswith("map "):
+                url = line.split()[1]
+            if line.startswith("kept"):
+                break
+            assert time.monotonic() < deadline
+        assert url and url.startswith("http://127.0.0.1:"), url
+        manifest = local.read_manifest(tmp_path / "cluster")
+        with urllib.request.urlopen(url + "api/stats", timeout=30) as r:
+            stats = json.loads(r.read())
+        assert stats["subscriptions"] == 2000 and stats["published"] >= 300  # still up
+        with urllib.request.urlopen(url, timeout=30) as r:
+            assert b"geopubsub" in r.read()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    assert "oracle" in out  # the report came before the wait
+    assert local.read_manifest(tmp_path / "cluster") is None
+    assert not alive(manifest["coordinator"]["pid"], started=manifest["coordinator"]["started"])
 
 
 def test_bench_e2e_reports_the_three_phases_and_equal_matches(tmp_path):
