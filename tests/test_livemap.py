@@ -307,7 +307,23 @@ def test_the_live_map_in_headless_chromium(ray_session, redis_url):
             )
             log = driver.find_element("id", "sub-log").text
             driver.save_screenshot(str(ARTIFACTS / "livemap.png"))
-            return {"drawn": drawn, "total": total, "shown_s": shown_s, "log": log}
+            # a keyword: the density and the messages are only those naming it
+            driver.find_element("id", "keyword").send_keys("Coffee")
+            driver.find_element("id", "kw-go").click()
+            _wait(driver, "return window.geomap.densityTotal === 1")
+            _wait(driver, "return window.geomap.status === 'live'")
+            with GeoPubSubClient(target) as client:
+                client.publish(["tea"], point=(13.1, 52.1), id="tea1")
+                client.publish(["coffee"], point=(13.1, 52.1), id="coffee1")
+            _wait(driver, "return window.geomap.shown.has('coffee1')")
+            filtered = not driver.execute_script("return window.geomap.shown.has('tea1')")
+            return {
+                "drawn": drawn,
+                "total": total,
+                "shown_s": shown_s,
+                "log": log,
+                "filtered": filtered,
+            }
         finally:
             driver.quit()
             server.close()
@@ -325,6 +341,7 @@ def test_the_live_map_in_headless_chromium(ray_session, redis_url):
     assert r["total"] == len(subs) + 1 and r["drawn"] > 50
     assert r["shown_s"] < 1.0, r
     assert "+hello" in r["log"]
+    assert r["filtered"], "a message without the keyword was drawn"
     png = (ARTIFACTS / "livemap.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
     print(json.dumps({k: v for k, v in r.items() if k != "log"}))
