@@ -26,7 +26,7 @@ import numpy as np
 from coordinator.rounds import Round
 from geopubsub.v1 import geopubsub_pb2 as pb
 from shard.density import grid_shape
-from shard.errors import ValidationError
+from shard.errors import OverloadedError, ValidationError
 from shard.model import Subscription, validate_rect
 from shard.terms import check_term, normalize_term
 
@@ -38,6 +38,9 @@ DEFAULT_RATE, MAX_RATE = 200, 10_000
 """Published messages a second a watcher is sent: when it asks 0, at most."""
 DEFAULT_MOVERS, MAX_MOVERS = 1_000, 10_000
 """Moving subscriptions a watcher follows: when it asks 0, at most."""
+MAX_WATCHERS = 64
+"""Watch streams open at once at most (each costs the delivery writer a pass over every round);
+one more is refused RESOURCE_EXHAUSTED."""
 TRACKED_LIVE = 50_000
 """Stored messages a watcher was sent whose expiry it is told: the latest this many."""
 WORLD = (-180.0, -90.0, 180.0, 90.0)
@@ -178,6 +181,10 @@ class Watch:
         keyword = _keyword(request.keyword)
         rate = _bounded("max_messages_per_s", request.max_messages_per_s, DEFAULT_RATE, MAX_RATE)
         movers = _bounded("max_movers", request.max_movers, DEFAULT_MOVERS, MAX_MOVERS)
+        if len(self.watchers) >= MAX_WATCHERS:
+            raise OverloadedError(
+                f"{MAX_WATCHERS} Watch streams are open, at most {MAX_WATCHERS}; close one first"
+            )
         w = Watcher(keyword, rate, movers, self.lookup)
         self.watchers.add(w)
         try:

@@ -24,6 +24,7 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 
+from coordinator import overview
 from coordinator.access import role_allows
 from geopubsub.client import Endpoint, GeoPubSubClient
 from geopubsub.convert import to_proto_message, to_proto_subscription
@@ -184,6 +185,12 @@ def test_density_and_watch_show_a_real_clusters_subscriptions_and_traffic(ray_se
             for call in (every, taxis, slow):
                 first = await call.read()  # sent at once: the stream is open
                 assert not first.published and first.time > 0
+            with pytest.MonkeyPatch.context() as mp:  # one stream more than the limit
+                mp.setattr(overview, "MAX_WATCHERS", 3)
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await stub.Watch(pb.WatchRequest()).read()
+                assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                assert "3 Watch streams are open" in err.value.details()
             msgs = [
                 Message(f"m{i}", ("a", "taxi") if i % 3 == 0 else ("a",), Point(i % 20, i % 10))
                 for i in range(30)
