@@ -23,6 +23,8 @@ from coordinator.server import create_server, stop_server
 from coordinator.settings import Settings
 from coordinator.shards import LocalShard, RayShard
 from deploy.processes import free_port, log_tail, stop_process, stop_session
+from geopubsub.convert import to_proto_subscription
+from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.host.actor import make_shard_actor
 from shard.state import ShardState
@@ -122,6 +124,16 @@ class Cluster:
         await stop_server(self.server, self.app)
         for a in self.actors:
             ray.kill(a)
+
+
+async def subscribe_all(stub, subs) -> None:
+    """Register ``subs`` through the stub, in batches of at most 1,000 (one transaction each)."""
+    for i in range(0, len(subs), 1000):
+        await stub.Subscribe(
+            pb.SubscribeRequest(
+                subscriptions=[to_proto_subscription(s) for s in subs[i : i + 1000]]
+            )
+        )
 
 
 async def settled(engine: Engine, step: float = 0.002, tries: int = 2000) -> None:

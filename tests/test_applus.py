@@ -15,15 +15,18 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 import shard.aptree.tree as tree_module
 from shard.applus import APPlusTree, recentre
 from shard.applus.mlists import FIX_DEG, NO_POINT, UNSURE, _hits_rounded
+from shard.aptree import APTree
 from shard.aptree.layout import C_NODES, C_ROOT, F_NCH, F_WD_CUR, F_WD_OLD, LEAF, T_CNT, T_NI
 from shard.aptree.partition import moving_penalty
 from shard.brute import subscription_matches
 from shard.errors import NotFoundError, ValidationError
 from shard.geometry import EARTH_RADIUS_M, KIND_CIRCLE, KIND_RECT, circle_bbox, region_hits_rect
 from shard.model import ADD, REMOVE, Message, Point, Rect, Subscription
+from shard.naive_moving import NaiveMoving
 from tests.workloads import (
     Mirror,
     as_moving,
+    canonical,
     random_message,
     random_subscription,
 )
@@ -510,3 +513,49 @@ def test_a_tree_built_large_enough_is_rebuilt_whole_at_every_doubling(monkeypatc
     assert sizes[1] > 2 * sizes[0] + 100 and len(past) >= 2, sizes
     assert all(2 * sizes[i] <= sizes[i + 1] < 2 * sizes[i] + 100 for i in past), sizes
     _assert_matches_like_the_oracle(tree, subs, rng)
+
+
+def test_a_wide_roots_leaves_by_term_store_and_find_messages_like_the_naive_index():
+    """On a root with a cut per keyword, matching and storing messages go from a term straight
+    to its leaf (``shard.aptree.match``, ``direct_leaves``), traces included: publishes of
+    stored messages, moves, subscribes, unsubscribes and expiries give the updates of the naive
+    index (AP-Tree + a grid of live messages, re-evaluated from scratch), and the m-lists stay
+    those of the traversal (``check_invariants``)."""
+    rng = random.Random(17)
+
+    def sub(i: int, word: int) -> Subscription:
+        x, y = rng.uniform(-20, 15), rng.uniform(-20, 15)
+        return Subscription(f"s{i}", ((f"w{word}",),), Rect(x, y, x + 5, y + 5), i % 3 == 0)
+
+    subs = [sub(i, i % 500) for i in range(1500)]
+    tree = APPlusTree.build(subs)
+    naive = NaiveMoving(APTree.build(subs))
+    assert (tree.direct_table(100)[2][:, 0] >= 0).sum() > 400
+    now, n, k = 0.0, len(subs), 0
+    for _ in range(12):
+        now += 0.7
+        msgs = [
+            Message(
+                f"m{k + j}",
+                tuple({f"w{rng.randrange(520)}" for _ in range(6)}),
+                Point(rng.uniform(-20, 20), rng.uniform(-20, 20)),
+                rng.choice([None, 1.0, 3.0]),
+            )
+            for j in range(60)
+        ]
+        k += len(msgs)
+        assert canonical(tree.publish_batch(msgs, now)) == canonical(naive.publish_batch(msgs, now))
+        moving = [s.id for s in subs if s.moving and s.id in tree]
+        moves = [(sid, Point(rng.uniform(-20, 20), rng.uniform(-20, 20))) for sid in moving[:40]]
+        assert canonical(tree.move_batch(moves, now)) == canonical(naive.move_batch(moves, now))
+        for _ in range(10):
+            s = sub(n, rng.randrange(520))
+            n += 1
+            subs.append(s)
+            assert canonical(tree.subscribe(s, now)) == canonical(naive.subscribe(s, now))
+        for s in rng.sample([s for s in subs if s.id in tree], 8):
+            tree.unsubscribe(s.id)
+            naive.unsubscribe(s.id)
+    now += 10.0
+    assert canonical(tree.advance(now)) == canonical(naive.advance(now))
+    tree.check_invariants()

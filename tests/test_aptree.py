@@ -24,7 +24,7 @@ from shard.aptree.layout import (
     T_CLO,
     T_NI,
 )
-from shard.aptree.match import DIRECT_MIN_CUTS
+from shard.aptree.match import DIRECT_MIN_CUTS, NO_LEAVES
 from shard.aptree.store import SubscriptionStore
 from shard.brute import BruteMatcher
 from shard.errors import NotFoundError, ValidationError
@@ -352,11 +352,12 @@ def test_a_wide_root_answers_from_its_direct_table_and_a_stale_one_loses_no_matc
     tree = APTree.build(subs)
     NI = tree.arrays[T_NI]
     assert root_type(tree) == KNODE and NI[0, F_NCH] >= DIRECT_MIN_CUTS
-    table, node = tree.direct_table()
+    table, node, _ = tree.direct_table()
     assert node == 0 and table.size > 0
     brute = BruteMatcher(subs)
     assert_same_matches(tree, brute, msgs)
     tree._direct = (table[::-1].copy(), 0)
+    tree._leaves, tree._leaves_at = NO_LEAVES, tree._changes  # (every term by its cut)
     assert_same_matches(tree, brute, msgs)
     assert tree._direct_key is None  # the kernel saw it stale: re-made next time
     assert np.array_equal(tree.direct_table()[0], table)
@@ -366,3 +367,52 @@ def test_a_wide_root_answers_from_its_direct_table_and_a_stale_one_loses_no_matc
         brute.subscribe(s)
     tree.check_invariants()
     assert_same_matches(tree, brute, msgs)
+
+
+def test_the_wide_roots_leaves_by_term_stay_exact_through_subscribes_and_unsubscribes():
+    """A wide root's leaves addressed by term (``direct_leaves``): the kernel goes from a
+    message term straight to its leaf's records without checking them, so the table must be
+    the tree's as it is. Leaves that grow, move (past their capacity), split, shrink and new
+    cuts: every match equals the brute force's after each change; and the test can fail: a
+    table kept past a change (pretended fresh) loses the new subscriptions' matches."""
+    rng = random.Random(5)
+
+    def sub(i: int, word: int) -> Subscription:
+        x = rng.uniform(0, 6)
+        return Subscription(f"s{i}", ((f"w{word}",),), Rect(x, x, x + 4, x + 4))
+
+    subs = [sub(i, i % 600) for i in range(1800)]
+    msgs = [
+        Message(f"m{i}", tuple({f"w{rng.randrange(700)}" for _ in range(8)}), Point(p, p))
+        for i, p in enumerate(rng.uniform(0, 10) for _ in range(300))
+    ]
+    tree = APTree.build(subs)
+    brute = BruteMatcher(subs)
+    assert_same_matches(tree, brute, msgs)
+    leaves = tree.direct_table(len(msgs))[2]
+    assert (leaves[:, 0] >= 0).sum() > 500  # most terms go straight to their leaf
+    made = tree._leaves_at
+    n = len(subs)
+    for step in range(6):
+        for _ in range(40):  # grown leaves (some past their capacity), new terms' cuts
+            s = sub(n, rng.randrange(650) if step % 2 else rng.randrange(5))
+            n += 1
+            tree.subscribe(s)
+            brute.subscribe(s)
+        for sid in rng.sample(sorted(brute._subs), 25):
+            tree.unsubscribe(sid)
+            brute.unsubscribe(sid)
+        assert_same_matches(tree, brute, msgs)
+        assert tree._leaves_at != made  # made again for the changed tree
+        made = tree._leaves_at
+    tree.check_invariants()
+    # a table kept past a change would miss: the test sees it
+    old = tree.direct_table(len(msgs))[2].copy()
+    hot = next(w for w in range(600) if old[w, 0] >= 0)
+    extra = [Subscription(f"x{i}", ((f"w{hot}",),), Rect(0, 0, 10, 10)) for i in range(50)]
+    for s in extra:
+        tree.subscribe(s)
+        brute.subscribe(s)
+    tree._leaves, tree._leaves_at = old, tree._changes
+    probe = [Message("p", (f"w{hot}",), Point(5, 5))]
+    assert set(tree.match_batch(probe)[0]) != set(brute.match_batch(probe)[0])

@@ -51,9 +51,8 @@ def test_demo_streams_equal_the_oracle_and_everything_stops(tmp_path):
     assert not alive(r["cluster"]["redis_pid"])
 
 
-def test_demo_interrupted_stops_the_cluster(tmp_path):
-    argv = [*DEMO, "--duration", "60", "--rate", "100", "--work-dir", str(tmp_path)]
-    proc = subprocess.Popen(
+def _demo_process(argv: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(
         argv,
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -63,6 +62,11 @@ def test_demo_interrupted_stops_the_cluster(tmp_path):
         # starts them with SIGINT ignored, and a child would inherit that)
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
+
+
+def test_demo_interrupted_stops_the_cluster(tmp_path):
+    argv = [*DEMO, "--duration", "60", "--rate", "100", "--work-dir", str(tmp_path)]
+    proc = _demo_process(argv)
     try:
         manifest = None
         deadline = time.monotonic() + 300
@@ -87,14 +91,7 @@ def test_demo_interrupted_stops_the_cluster(tmp_path):
 def test_demo_serves_the_live_map_and_keeps_it_with_keep_until_ctrl_c(tmp_path):
     argv = [*DEMO, "--duration", "3", "--rate", "100", "--ttl", "1", "--streams", "5"]
     argv += ["--work-dir", str(tmp_path), "--map-port", "0", "--keep"]
-    proc = subprocess.Popen(
-        argv,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    proc = _demo_process(argv)
     try:
         url = None
         deadline = time.monotonic() + 300

@@ -35,7 +35,7 @@ from shard.geometry import region_bbox
 from shard.model import Circle, Message, Point, Rect, Subscription
 from shard.partition_map import PartitionMap, bbox_centre
 from shard.state import ShardState
-from tests.clusters import Cluster, coordinator_settings
+from tests.clusters import Cluster, coordinator_settings, subscribe_all
 from tests.workloads import as_moving, random_subscription
 
 ARTIFACTS = Path(os.environ.get("GEOPUBSUB_TEST_ARTIFACTS", ".geopubsub/test-artifacts"))
@@ -143,9 +143,7 @@ def test_density_and_watch_show_a_real_clusters_subscriptions_and_traffic(ray_se
     async def main():
         async with Cluster(settings) as c:
             stub = c.stub
-            await stub.Subscribe(
-                pb.SubscribeRequest(subscriptions=[to_proto_subscription(s) for s in subs])
-            )
+            await subscribe_all(stub, subs)
             for s in movers:
                 await stub.Subscribe(pb.SubscribeRequest(subscription=to_proto_subscription(s)))
             everyone = subs + movers

@@ -21,7 +21,7 @@ from geopubsub.convert import to_proto_message, to_proto_subscription
 from geopubsub.v1 import geopubsub_pb2 as pb
 from shard.brute import subscription_matches
 from shard.model import Circle, Message, Point, Subscription
-from tests.clusters import Cluster, coordinator_settings
+from tests.clusters import Cluster, coordinator_settings, subscribe_all
 from tests.workloads import as_moving, random_message, random_subscription
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ray]
@@ -48,9 +48,7 @@ def test_rebalance_adds_and_removes_shards_without_losing_subscriptions_or_live_
     async def main():
         async with Cluster(settings) as c:
             stub = c.stub
-            await stub.Subscribe(
-                pb.SubscribeRequest(subscriptions=[to_proto_subscription(s) for s in subs])
-            )
+            await subscribe_all(stub, subs)
             await stub.Subscribe(pb.SubscribeRequest(subscription=to_proto_subscription(walker)))
             await stub.Publish(pb.PublishRequest(messages=[to_proto_message(m) for m in stored]))
             everyone = [*subs, walker]
@@ -119,9 +117,7 @@ def test_a_rebalance_under_traffic_loses_and_repeats_no_delivery(ray_session, re
     async def main():
         async with Cluster(settings) as c:
             stub = c.stub
-            await stub.Subscribe(
-                pb.SubscribeRequest(subscriptions=[to_proto_subscription(s) for s in subs])
-            )
+            await subscribe_all(stub, subs)
             retried = 0
 
             async def publisher():

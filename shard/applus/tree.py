@@ -154,7 +154,7 @@ class APPlusTree(APTree):
             geom,
             start,
             traces,
-            *self.direct_table(),
+            *self.direct_table(kind.shape[0]),
         )
         self._direct_missed(misses)
         return out_m, out_s, verified, tr_m, tr_n, tr_d

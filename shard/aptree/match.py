@@ -17,6 +17,15 @@ Two shortcuts, both exact:
   cut bounds (the search's own condition), and searches otherwise. A stale table (the node's
   cuts changed since) costs time, never a match: the kernel counts its misses and the owner
   re-makes it.
+* **The leaves of a wide root, addressed by term.** Nearly every child of such a root is a
+  leaf under a cut of one keyword; reaching it costs the cut's bounds, its child and the
+  child's node row, one dependent miss after the other. ``direct_leaves`` tabulates, per term
+  with such a cut, the leaf and its records (first, count), so the kernel goes from the term
+  straight to the records, as an inverted list goes to a posting list. Unlike the direct table
+  it is not checked by the kernel: its owner (``APTree.direct_table``) hands it over only while
+  the tree is as it was when it was made, and an empty one otherwise. A leaf reached this way
+  is traced like one reached through its cut (the AP+-Tree stores messages on the nodes a
+  message's trace names, in any order).
 * **No per-subscription stamp for a single-clause subscription and a point message.** A point
   reaches one cell of every s-node and one cut (or the dummy) of every k-node per keyword
   offset, and a clause lies in exactly one of those, so it is verified at most once; only a
@@ -160,21 +169,50 @@ def direct_cuts(T, u):
 
 
 @njit(cache=True)
-def match_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, DIR, dnode):
-    """Match every message of the batch (``DIR``: the direct table of node ``dnode``, or -1).
+def direct_leaves(T, u):
+    """For k-node ``u``: per term id ``w`` up to its last cut's high keyword, the leaf under a
+    cut of ``w`` alone, with its first record and its number of records (``-1, -1, -1`` where
+    ``w`` has no such cut). Exact only for the tree as it is now. O(terms + cuts)."""
+    NI = T[T_NI]
+    CH = T[T_CH]
+    CLO = T[T_CLO]
+    CHI = T[T_CHI]
+    off = NI[u, F_CHOFF]
+    nch = NI[u, F_NCH]
+    out = np.full((CHI[off + nch - 1] + 1, 3), -1, np.int64)
+    for i in range(nch):
+        w = CLO[off + i]
+        c = CH[off + i]
+        if w == CHI[off + i] and w >= 0 and c >= 0 and NI[c, F_TYPE] == LEAF:
+            out[w, 0] = c
+            out[w, 1] = NI[c, F_LOFF]
+            out[w, 2] = NI[c, F_LLEN]
+    return out
+
+
+NO_LEAVES = np.full((0, 3), -1, np.int64)
+"""An empty ``direct_leaves`` table: every term takes the cut's way."""
+
+
+@njit(cache=True)
+def match_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, DIR, dnode, D3):
+    """Match every message of the batch (``DIR``: the direct table of node ``dnode``, or -1;
+    ``D3``: its ``direct_leaves``, or ``NO_LEAVES``).
     Returns (message index, subscription slot) pairs, the last stamp used, the number of leaf
     entries verified (the paper's cost measure) and of direct-table answers found stale. Cost
     per message: the nodes visited plus O(|c|) per clause verified."""
     out_m, out_s, stamp, verified, _, _, _, misses = traverse_kernel(
-        T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, T[T_CNT][C_ROOT], False, DIR, dnode
-    )
+        T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, T[T_CNT][C_ROOT], False, DIR, dnode,
+        D3,
+    )  # fmt: skip
     return out_m, out_s, stamp, verified, misses
 
 
 @njit(cache=True)
-def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start, trace, DIR, dnode):
+def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start, trace, DIR, dnode, D3):  # fmt: skip
     """Alg. 1 from node ``start`` (the root, or a rebuilt subtree with η = 0), ``DIR`` the direct
-    table of node ``dnode`` (``direct_cuts``; -1: none). With ``trace``
+    table of node ``dnode`` (``direct_cuts``; -1: none), ``D3`` its leaves by term
+    (``direct_leaves``, exact for the tree as it is; ``NO_LEAVES``: none). With ``trace``
     it also returns every node each message visited, in visiting order, as (message index, node,
     dead end) where a dead end is a child the message would enter that does not exist (a missing
     dummy, an empty cell or cut): the AP+-Tree stores messages along these traces."""
@@ -225,7 +263,16 @@ def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start,
             top -= 1
             u = stack_n[top]
             eta = stack_e[top]
-            typ = NI[u, F_TYPE]
+            if u < 0:  # the root's leaf of term -u - 2, by ``D3``: no node row read
+                w = -u - 2
+                u = D3[w, 0]
+                typ = LEAF
+                loff = D3[w, 1]
+                llen = D3[w, 2]
+            else:
+                typ = NI[u, F_TYPE]
+                loff = NI[u, F_LOFF]
+                llen = NI[u, F_LLEN]
             if trace:
                 if ntr == tr_m.shape[0]:
                     tr_m = grown(tr_m, ntr)
@@ -236,9 +283,8 @@ def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start,
                 tr_d[ntr] = False
                 ntr += 1
             if typ == LEAF:
-                off = NI[u, F_LOFF]
-                verified += NI[u, F_LLEN]
-                for k in range(off, off + NI[u, F_LLEN]):
+                verified += llen
+                for k in range(loff, loff + llen):
                     # the leaf's own record of each entry (``LB_*``): box, slot, kind, terms;
                     # only a clause longer than LB_INLINE_TERMS or a circle reads the store
                     if gx1 < LB[k, 0] or gx0 > LB[k, 2] or gy1 < LB[k, 1] or gy0 > LB[k, 3]:
@@ -286,6 +332,11 @@ def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start,
                     w = m_terms[t0 + i]
                     if w > CHI[off + nch - 1]:
                         break
+                    if u == dnode and w < D3.shape[0] and D3[w, 0] >= 0:
+                        # w's own leaf, straight from the term (a cut of w alone is reached
+                        # by no other keyword of the message)
+                        stack_n, stack_e, top = _push(stack_n, stack_e, top, -w - 2, 0)
+                        continue
                     # the last cut whose low keyword is <= w
                     lo = 0
                     hi = nch - 1

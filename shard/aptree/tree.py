@@ -70,7 +70,14 @@ from shard.aptree.layout import (
     T_NI,
 )
 from shard.aptree.maintain import delete_clauses, insert_clauses, rebuild_nodes
-from shard.aptree.match import DIRECT_MIN_CUTS, direct_cuts, match_kernel, pack_terms
+from shard.aptree.match import (
+    DIRECT_MIN_CUTS,
+    NO_LEAVES,
+    direct_cuts,
+    direct_leaves,
+    match_kernel,
+    pack_terms,
+)
 from shard.aptree.store import SubscriptionStore
 from shard.aptree.vocab import VocabTable
 from shard.errors import ValidationError
@@ -99,6 +106,11 @@ up would pause for each, close together."""
 
 
 _NO_DIRECT = (np.zeros(0, np.int32), -1)
+LEAVES_AFTER = 64
+"""A change makes the root's leaves-by-term table (``direct_leaves``) stale; it is made again
+once messages numbering its terms / ``LEAVES_AFTER`` have been matched without it (making it
+costs about what that many messages save), so a shard busy with subscribes does not remake it
+every round."""
 """No direct table (``APTree.direct_table``)."""
 
 
@@ -180,6 +192,9 @@ class APTree:
         self._pw_new_term = 1.0
         self._spx = np.zeros(0)
         self._spy = np.zeros(0)
+        self._changes = 0
+        """Assignments of ``_tree``: every change of the tree's structure or leaves is one (the
+        kernels that make them return the arrays, which their callers assign)."""
         self._tree = new_tree()
         self._term_stamp = np.zeros(1024, np.int64)
         self._sub_stamp = np.zeros(1024, np.int64)
@@ -189,8 +204,21 @@ class APTree:
         self._follower: tuple[Callable, Callable] | None = None
         self._direct = _NO_DIRECT
         self._direct_key: tuple[int, int, int] | None = None
+        self._leaves = NO_LEAVES
+        self._leaves_at = -1  # the ``_changes`` it was made at
+        self._leaves_owed = 1 << 40  # messages matched without it since it went stale (none
+        # made yet: made for the first batch)
         self.verified = 0
         """Leaf entries verified by matching so far (the paper's cost measure)."""
+
+    @property
+    def _tree(self) -> tuple:
+        return self._arrays
+
+    @_tree.setter
+    def _tree(self, T: tuple) -> None:
+        self._arrays = T
+        self._changes += 1
 
     # ---- construction -----------------------------------------------------------------------
     @classmethod
@@ -422,10 +450,14 @@ class APTree:
         if n > self._sub_stamp.shape[0]:
             self._sub_stamp = np.zeros(max(n, 2 * self._sub_stamp.shape[0]), np.int64)
 
-    def direct_table(self) -> tuple[np.ndarray, int]:
-        """(direct table, its node) for the kernels (``shard.aptree.match``): the root's, when
-        the root is a k-node of at least ``DIRECT_MIN_CUTS`` cuts; re-made when the root, its
-        cut slice or its cut count changed, or when the last match found it stale."""
+    def direct_table(self, n_messages: int = 0) -> tuple[np.ndarray, int, np.ndarray]:
+        """(direct table, its node, its leaves by term) for the kernels
+        (``shard.aptree.match``): the root's, when the root is a k-node of at least
+        ``DIRECT_MIN_CUTS`` cuts. The direct table is re-made when the root, its cut slice or
+        its cut count changed, or when the last match found it stale (the kernel checks it);
+        the leaves by term are handed over only while nothing changed since they were made
+        (the kernel trusts them), and made again once ``LEAVES_AFTER`` says (``n_messages``:
+        the batch about to be matched)."""
         T = self._tree
         NI = T[T_NI]
         root = int(T[T_CNT][C_ROOT])
@@ -434,7 +466,17 @@ class APTree:
             wide = NI[root, F_TYPE] == KNODE and key[2] >= DIRECT_MIN_CUTS
             self._direct = (direct_cuts(T, root), root) if wide else _NO_DIRECT
             self._direct_key = key
-        return self._direct
+        table, node = self._direct
+        if node < 0:
+            return table, node, NO_LEAVES
+        if self._leaves_at != self._changes:
+            self._leaves_owed += n_messages
+            if self._leaves_owed * LEAVES_AFTER < table.shape[0]:
+                return table, node, NO_LEAVES
+            self._leaves = direct_leaves(T, node)
+            self._leaves_at = self._changes
+            self._leaves_owed = 0
+        return table, node, self._leaves
 
     def _direct_missed(self, misses: int) -> None:
         """The kernel found the direct table stale ``misses`` times: re-make it next time."""
@@ -460,7 +502,7 @@ class APTree:
             batch.terms,
             batch.kind,
             batch.geom,
-            *self.direct_table(),
+            *self.direct_table(len(batch.kind)),
         )
         self.verified += int(verified)
         self._direct_missed(misses)
