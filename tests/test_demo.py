@@ -4,6 +4,7 @@ clients; the demo's followed streams must pass the oracle check, and nothing may
 
 from __future__ import annotations
 
+import io
 import json
 import signal
 import subprocess
@@ -51,6 +52,15 @@ def test_demo_streams_equal_the_oracle_and_everything_stops(tmp_path):
     assert not alive(r["cluster"]["redis_pid"])
 
 
+def _end(proc: subprocess.Popen, cluster_dir: Path) -> None:
+    """A demo the test left running (it failed) killed, and the cluster it started stopped."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=60)
+    if local.read_manifest(cluster_dir) is not None:
+        local.down(cluster_dir, out=io.StringIO())
+
+
 def _demo_process(argv: list[str]) -> subprocess.Popen:
     return subprocess.Popen(
         argv,
@@ -80,8 +90,7 @@ def test_demo_interrupted_stops_the_cluster(tmp_path):
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        _end(proc, tmp_path / "cluster")
     assert proc.returncode == 130, err[-3000:]
     assert local.read_manifest(tmp_path / "cluster") is None
     assert not alive(manifest["coordinator"]["pid"], started=manifest["coordinator"]["started"])
@@ -111,8 +120,7 @@ def test_demo_serves_the_live_map_and_keeps_it_with_keep_until_ctrl_c(tmp_path):
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        _end(proc, tmp_path / "cluster")
     assert proc.returncode == 0, err[-3000:]
     assert "oracle" in out  # the report came before the wait
     assert local.read_manifest(tmp_path / "cluster") is None
