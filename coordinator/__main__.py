@@ -55,7 +55,12 @@ async def serve(settings) -> None:
         ray.init(include_dashboard=False, log_to_driver=False, _system_config=config)
 
     def factory(k: int) -> RayShard:
-        actor = make_shard_actor(k, max_restarts=settings.shard_max_restarts, node_id=shard_node(k))
+        actor = make_shard_actor(
+            k,
+            settings.shard_options(),
+            max_restarts=settings.shard_max_restarts,
+            node_id=shard_node(k),
+        )
         return RayShard(
             k, actor, channel=settings.shard_calls == "channel", deadline_s=settings.deadline_s
         )

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from shard.errors import ValidationError
+from shard.indexes import INDEX_NAMES, RIVAL_NAMES
 from shard.limits import MAX_TTL_S
 
 ENV_PREFIX = "GEOPUBSUB_"
@@ -80,6 +81,10 @@ class Settings:
     shard_calls: str = "channel"
     """How rounds reach the shard actors: "channel", over each actor's direct connection
     (``shard.host.channel``), or "ray", one Ray call per round and shard (~1 ms of CPU each)."""
+    index: str = "aptree"
+    """The shards' index: "aptree" (the AP+-Tree) or a rival of the seed papers hosted with the
+    same operations (``shard.indexes``: rt, rt+, rt++, mbrtrie, ptquadtree, lfilter, iqtree,
+    rqtree; ``shard.rivals.hosted``), to run and measure the cluster on it."""
     metrics_port: int = 0
     """Port of the Prometheus endpoint (``coordinator.metrics``: ``http(s)://HOST:PORT/metrics``);
     0: no endpoint."""
@@ -164,6 +169,12 @@ class Settings:
             self.shard_calls,
             '"channel" or "ray"',
         )
+        _check(
+            self.index in INDEX_NAMES and self.index not in ("invlist", "brute"),
+            "index",
+            self.index,
+            "aptree or a rival index: " + ", ".join(RIVAL_NAMES),
+        )
         _check(0 <= self.metrics_port <= 65535, "metrics_port", self.metrics_port, "0..65535")
         _check(
             not self.metrics_port or self.metrics_port != self.port or self.port == 0,
@@ -221,6 +232,10 @@ class Settings:
     def tls_on(self) -> bool:
         """Whether the gRPC API is served over TLS."""
         return bool(self.tls or self.tls_cert)
+
+    def shard_options(self) -> dict[str, Any]:
+        """The options every shard's ``ShardState`` is made with (``shard.host.actor``)."""
+        return {} if self.index == "aptree" else {"index": self.index}
 
     @classmethod
     def load(

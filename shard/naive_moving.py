@@ -233,7 +233,7 @@ class NaiveMoving:
             np.zeros(1, np.int64),
             np.zeros(0, np.int32),
             0,
-            np.array([1.0, 1.0, -1.0, -1.0]),
+            np.array([np.inf, np.inf, -np.inf, -np.inf]),  # meets nothing, a rectangle neither
             np.zeros(3),
         )
         return updates + self._diff(sub.id, none, new)

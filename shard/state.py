@@ -93,11 +93,29 @@ _OPTION_TYPES = (bool, int, float, str, list, tuple)
 __all__ = ["SNAPSHOT_VERSION", "ShardState", "Update"]
 
 
+def _new_tree(options: dict[str, Any], subs: Iterable[Subscription] | None = None):
+    """The shard's index: the AP+-Tree, or with ``index`` set to a rival's name
+    (``shard.indexes``) that rival hosted with the AP+-Tree's operations
+    (``shard.rivals.hosted``); built in bulk over ``subs`` when given."""
+    options = dict(options)
+    name = options.pop("index", "aptree")
+    if name == "aptree":
+        return APPlusTree(**options) if subs is None else APPlusTree.build(subs, **options)
+    from shard.rivals.hosted import HostedIndex  # a rival's kernels compile only when used
+
+    if subs is None:
+        return HostedIndex(name, **options)
+    return HostedIndex.build(subs, name, **options)
+
+
 class ShardState:
-    """One shard: an AP+-Tree plus batch operations, snapshot and restore.
+    """One shard: an AP+-Tree (or a hosted rival index) plus batch operations, snapshot and
+    restore.
 
     ``options`` are passed to ``APPlusTree`` (``theta_p``, ``fanout``, ``dup_limit``,
-    ``purge_interval``, ``move_cost``, ...) and kept for ``snapshot``.
+    ``purge_interval``, ``move_cost``, ...) and kept for ``snapshot``; ``index`` (default
+    ``aptree``) names another index of ``shard.indexes`` to host instead
+    (``shard.rivals.hosted.HostedIndex``, with that index's own options).
     """
 
     def __init__(self, shard_id: int, **options: Any) -> None:
@@ -108,7 +126,7 @@ class ShardState:
                 raise ValidationError(key, value, "a shard option must be a plain value")
         self.shard_id = shard_id
         self.options = dict(options)
-        self.tree = APPlusTree(**options)
+        self.tree = _new_tree(options)
 
     # ---- construction ---------------------------------------------------------------------
     @classmethod
@@ -135,7 +153,7 @@ class ShardState:
         tags = _validate_tags(tags, len(subs))
         if now is not None:
             _validate_now(now, -math.inf)
-        state.tree = APPlusTree.build(subs, **options)
+        state.tree = _new_tree(options, subs)
         if tags is not None:
             state._set_tags([s.id for s in subs], tags)
         if now is not None:

@@ -107,7 +107,7 @@ class Cluster:
         self.actors = []
 
         def factory(k: int):
-            actor = make_shard_actor(k)
+            actor = make_shard_actor(k, self.settings.shard_options())
             self.actors.append(actor)
             # bounded, so that a shard that never answers fails the test instead of hanging it
             return RayShard(k, actor, deadline_s=SHARD_DEADLINE_S)

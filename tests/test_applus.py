@@ -559,3 +559,12 @@ def test_a_wide_roots_leaves_by_term_store_and_find_messages_like_the_naive_inde
     now += 10.0
     assert canonical(tree.advance(now)) == canonical(naive.advance(now))
     tree.check_invariants()
+
+
+def test_the_naive_index_gives_a_new_subscription_a_live_rectangle_around_the_origin():
+    """A new subscription's diff starts from "no region": a box that meets nothing, not even a
+    rectangle message around (0, 0) (an inverted box (1, 1, -1, -1) met it, and the +m was lost)."""
+    naive = NaiveMoving(APTree())
+    naive.publish_batch([Message("m", ("a",), Rect(-5, -5, 5, 5), ttl=9.0)], 0.0)
+    sub = Subscription("s", (("a",),), Rect(0, 0, 2, 2))
+    assert naive.subscribe(sub, 1.0) == [("s", ADD, "m")]

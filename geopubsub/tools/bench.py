@@ -30,7 +30,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from geopubsub.tools import bench_chaos, bench_e2e, bench_grpc, bench_soak, bench_subscribe
+from geopubsub.tools import (
+    bench_chaos,
+    bench_compare,
+    bench_e2e,
+    bench_grpc,
+    bench_soak,
+    bench_subscribe,
+)
 from geopubsub.tools.bench_warmup import warm_up, warm_up_moving
 from shard.applus import APPlusTree
 from shard.aptree import APTree
@@ -38,9 +45,11 @@ from shard.aptree.tree import KEYWORD_ORDERS
 from shard.brute import BruteMatcher
 from shard.errors import ValidationError
 from shard.events import read_events
+from shard.indexes import INDEX_NAMES, index_class
 from shard.invlist import InvertedList
 from shard.model import Message, Subscription
 from shard.naive_moving import DEFAULT_CELL_DEG, NaiveMoving
+from shard.rivals.base import RivalIndex
 from shard.workload import read_messages, read_subscriptions
 
 MATCH_BATCH = 1024
@@ -54,7 +63,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     m = kinds.add_parser("match", help="build an index and match every message")
     _common(m)
     m.add_argument("--msgs", required=True, type=Path, help="messages, JSON Lines")
-    m.add_argument("--index", choices=["aptree", "invlist", "brute"], default="aptree")
+    m.add_argument("--index", choices=INDEX_NAMES, default="aptree")
+    m.add_argument(
+        "--index-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option of a rival index (e.g. strategy=idf for rt+; repeatable)",
+    )
     m.add_argument("--out", type=Path, help="write msg_id<TAB>sub_id per match")
     m.add_argument("--sample", type=int, default=0, help="match only the first N messages (0: all)")
     m.add_argument(
@@ -150,6 +166,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     bench_soak.register(kinds)
     bench_grpc.register(kinds)
     bench_subscribe.register(kinds)
+    bench_compare.register(kinds)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -278,6 +295,29 @@ def _phases_us(runs: list[list[float]], n: int) -> dict[str, float]:
     }
 
 
+def index_options(items: list[str]) -> dict[str, int | float | str]:
+    """``--index-option KEY=VALUE`` items as keyword options: a value that reads as an integer
+    or a float is one, else a string.
+
+    >>> index_options(["strategy=idf", "capacity=16", "share=0.5"])
+    {'strategy': 'idf', 'capacity': 16, 'share': 0.5}
+    """
+    out: dict[str, int | float | str] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ValidationError("--index-option", item, "must be KEY=VALUE")
+        value: int | float | str = raw
+        for kind in (int, float):
+            try:
+                value = kind(raw)
+                break
+            except ValueError:
+                continue
+        out[key] = value
+    return out
+
+
 def run_match(args) -> int:
     errors: list[str] = []
     warm_up()
@@ -289,9 +329,14 @@ def run_match(args) -> int:
     builds: list[float] = []
     matches: list[float] = []
     phases: list[list[float]] = []
-    index: APTree | InvertedList | BruteMatcher
-    if args.index in ("aptree", "invlist"):
-        index = APTree(**_tree_options(args)) if args.index == "aptree" else InvertedList()
+    index: APTree | InvertedList | BruteMatcher | RivalIndex
+    if args.index != "brute":
+        if args.index == "aptree":
+            index = APTree(**_tree_options(args))
+        elif args.index == "invlist":
+            index = InvertedList()
+        else:
+            index = index_class(args.index)(**index_options(args.index_option))
         index.store.add_bulk(_read_subs(args, errors))
         load_s = time.perf_counter() - t0
         _log(args, f"loaded {len(index):,} subscriptions, {len(msgs):,} messages in {load_s:.1f} s")

@@ -34,6 +34,7 @@ from geopubsub.client import (
     describe_stats,
 )
 from shard.errors import GeoPubSubError, ValidationError
+from shard.indexes import RIVAL_NAMES
 from shard.partition_map import MAX_PARTS
 
 SETTING_FLAGS = (
@@ -45,6 +46,7 @@ SETTING_FLAGS = (
     "data_dir",
     "metrics_port",
     "metrics_host",
+    "index",
     "tls",
     "tls_cert",
     "tls_key",
@@ -94,6 +96,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--redis-url", dest="redis_url", help="use this Redis instead of a private one")
     up.add_argument(
         "--ray-address", dest="ray_address", help="join this Ray cluster instead of a local Ray"
+    )
+    up.add_argument(
+        "--index",
+        help="the shards' index: aptree (default) or a rival to measure the cluster on: "
+        + ", ".join(RIVAL_NAMES),
     )
     up.add_argument(
         "--metrics-port",
