@@ -132,40 +132,95 @@ def _move_batch_kernel(T, S, params, fc, ncl, slots, px, py, G, MS, MSTAMP, stam
     return T, q[:n].copy(), out[0][:n].copy(), out[1][:n].copy(), np.unique(at), stamp, ts
 
 
+class MessageGrid:
+    """Live messages (slots of a ``MessageStore``) on a uniform grid of ``cell_deg`` degrees: a
+    linked list per cell, a message in every cell its location meets. ``diff`` re-evaluates a
+    subscription going from one form to another over the cells either region meets. ``mstamp``
+    (per message), ``tm`` (per term) and their last stamps ``stamp`` / ``ts`` are the kernels'
+    scratch."""
+
+    def __init__(self, cell_deg: float = DEFAULT_CELL_DEG) -> None:
+        if not isinstance(cell_deg, int | float) or not 0 < cell_deg <= 180:
+            raise ValidationError("cell_deg", cell_deg, "must be in (0, 180]")
+        self.cell = float(cell_deg)
+        self.nx = max(1, math.ceil(360.0 / self.cell))
+        self.ny = max(1, math.ceil(180.0 / self.cell))
+        self.reset()
+        self.mstamp = np.zeros(1024, np.int64)
+        self.stamp = 0
+        self.tm = np.zeros(1024, np.int64)
+        self.ts = 0
+
+    def reset(self) -> None:
+        self.head = np.full(self.nx * self.ny, -1, np.int64)
+        self.nxt_slot = np.empty(1024, np.int32)
+        self.nxt_link = np.empty(1024, np.int64)
+        self.n_links = 0
+
+    @property
+    def columns(self) -> tuple:
+        """The tuple the kernels take: (head, next slot, next link, cell, nx, ny)."""
+        return (self.head, self.nxt_slot, self.nxt_link, self.cell, self.nx, self.ny)
+
+    def add(self, x: int, geom: np.ndarray) -> None:
+        """File message slot ``x`` (its box ``geom[x]``)."""
+        self.nxt_slot, self.nxt_link, self.n_links = _grid_insert(
+            self.head,
+            self.nxt_slot,
+            self.nxt_link,
+            self.n_links,
+            x,
+            geom,
+            self.cell,
+            self.nx,
+            self.ny,
+        )
+
+    def rebuild(self, msgs: MessageStore) -> None:
+        """Only the live messages, the dead slots released for reuse."""
+        msgs.release_dead()
+        self.reset()
+        for x in np.flatnonzero(msgs.alive[: msgs.n_slots]).tolist():
+            self.add(x, msgs.geom)
+
+    def sync(self, msgs: MessageStore, n_terms: int) -> None:
+        """Grow the per-message and per-term scratch to the current sizes."""
+        if msgs.alive.shape[0] > self.mstamp.shape[0]:
+            self.mstamp = np.zeros(2 * msgs.alive.shape[0], np.int64)
+        if n_terms > self.tm.shape[0]:
+            self.tm = np.zeros(2 * n_terms, np.int64)
+
+    def diff(self, msgs: MessageStore, n_terms: int, old, new) -> tuple[np.ndarray, np.ndarray]:
+        """(message slot, sign) of every live message a subscription gains (+1) or loses (-1)
+        going from form ``old`` to form ``new`` (``subscription_form``; the clauses are read
+        from ``new`` for both)."""
+        self.sync(msgs, n_terms)
+        self.stamp += 1
+        xs, gs, self.ts = _grid_diff(
+            *self.columns, msgs.columns(), self.mstamp, self.stamp, self.tm, self.ts, old, new
+        )
+        return xs, gs
+
+
 class NaiveMoving:
     """An AP-Tree (stationary matching) and a uniform grid of live messages."""
 
     def __init__(self, tree: APTree | None = None, *, cell_deg: float = DEFAULT_CELL_DEG) -> None:
-        if not 0 < cell_deg <= 180:
-            raise ValidationError("cell_deg", cell_deg, "must be in (0, 180]")
+        self.grid = MessageGrid(cell_deg)
         self.tree = tree if tree is not None else APTree()
         self.msgs = MessageStore()
         # the live messages hold term ids: follow the tree when a rebuild renumbers them
         self.tree.follow_terms(
             self.msgs.remap_terms, lambda: self.msgs.held_terms(len(self.tree.store.vocab_terms))
         )
-        self.cell = float(cell_deg)
-        self.nx = max(1, math.ceil(360.0 / self.cell))
-        self.ny = max(1, math.ceil(180.0 / self.cell))
-        self._reset_grid()
         self.now = -math.inf
-        self._mstamp = np.zeros(1024, np.int64)
-        self._stamp = 0
-        self._tm = np.zeros(1024, np.int64)
-        self._ts = 0
 
-    def _reset_grid(self) -> None:
-        self.head = np.full(self.nx * self.ny, -1, np.int64)
-        self.nxt_slot = np.empty(1024, np.int32)
-        self.nxt_link = np.empty(1024, np.int64)
-        self.n_links = 0
+    @property
+    def cell(self) -> float:
+        return self.grid.cell
 
     def _sync(self) -> None:
-        if self.msgs.alive.shape[0] > self._mstamp.shape[0]:
-            self._mstamp = np.zeros(2 * self.msgs.alive.shape[0], np.int64)
-        v = len(self.tree.store.vocab_terms)
-        if v > self._tm.shape[0]:
-            self._tm = np.zeros(2 * v, np.int64)
+        self.grid.sync(self.msgs, len(self.tree.store.vocab_terms))
         self.tree.reserve()
 
     def advance(self, now: float) -> list[Update]:
@@ -181,31 +236,12 @@ class NaiveMoving:
         names = self.tree.store.ids[out_s].tolist()
         ups = [(s, REMOVE, ids[q]) for s, q in zip(names, out_m.tolist(), strict=True)]
         if len(self.msgs.dead) > max(65536, len(self.msgs)):
-            self._rebuild_grid()
+            self.grid.rebuild(self.msgs)
         return ups
 
     def rebuild(self) -> None:
         """Rebuild the AP-Tree (the grid holds messages only and needs nothing)."""
         self.tree.rebuild()
-
-    def _rebuild_grid(self) -> None:
-        self.msgs.release_dead()
-        self._reset_grid()
-        for x in np.flatnonzero(self.msgs.alive[: self.msgs.n_slots]).tolist():
-            self._insert(x)
-
-    def _insert(self, x: int) -> None:
-        self.nxt_slot, self.nxt_link, self.n_links = _grid_insert(
-            self.head,
-            self.nxt_slot,
-            self.nxt_link,
-            self.n_links,
-            x,
-            self.msgs.geom,
-            self.cell,
-            self.nx,
-            self.ny,
-        )
 
     def publish_batch(self, messages: Sequence[Message], now: float) -> list[Update]:
         updates = self.advance(now)
@@ -215,7 +251,7 @@ class NaiveMoving:
                 if m.id in self.msgs.slot_of:
                     raise ValidationError("id", m.id, "a live message already has this id")
                 ids = sorted({store.term_id(t) for t in m.terms})
-                self._insert(self.msgs.add(m, ids, self.now + float(m.ttl)))
+                self.grid.add(self.msgs.add(m, ids, self.now + float(m.ttl)), self.msgs.geom)
         self._sync()
         for m, ids in zip(messages, self.tree.match_batch(messages), strict=True):
             updates += [(s, ADD, m.id) for s in ids]
@@ -262,8 +298,8 @@ class NaiveMoving:
             return updates
         self._sync()
         tree = self.tree
-        grid = (self.head, self.nxt_slot, self.nxt_link, self.cell, self.nx, self.ny)
-        T, q, xs, gs, todo, self._stamp, self._ts = _move_batch_kernel(
+        g = self.grid
+        T, q, xs, gs, todo, g.stamp, g.ts = _move_batch_kernel(
             tree.arrays,
             st.columns(),
             tree.params,
@@ -272,12 +308,12 @@ class NaiveMoving:
             slots,
             px,
             py,
-            grid,
+            g.columns,
             self.msgs.columns(),
-            self._mstamp,
-            self._stamp,
-            self._tm,
-            self._ts,
+            g.mstamp,
+            g.stamp,
+            g.tm,
+            g.ts,
             diff,
         )
         tree.adopt(T, todo)
@@ -291,24 +327,14 @@ class NaiveMoving:
 
     def _diff(self, sub_id, old, new) -> list[Update]:
         self._sync()
-        self._stamp += 1
-        xs, gs, self._ts = _grid_diff(
-            self.head,
-            self.nxt_slot,
-            self.nxt_link,
-            self.cell,
-            self.nx,
-            self.ny,
-            self.msgs.columns(),
-            self._mstamp,
-            self._stamp,
-            self._tm,
-            self._ts,
-            old,
-            new,
-        )
-        msgs = self.msgs.messages
-        return [
-            (sub_id, ADD if g > 0 else REMOVE, msgs[x].id)
-            for x, g in zip(xs.tolist(), gs.tolist(), strict=True)
-        ]
+        xs, gs = self.grid.diff(self.msgs, len(self.tree.store.vocab_terms), old, new)
+        return updates_of(sub_id, xs, gs, self.msgs)
+
+
+def updates_of(sub_id: str, xs: np.ndarray, gs: np.ndarray, msgs: MessageStore) -> list[Update]:
+    """A grid diff's (message slot, sign) pairs as updates of ``sub_id``."""
+    messages = msgs.messages
+    return [
+        (sub_id, ADD if g > 0 else REMOVE, messages[x].id)
+        for x, g in zip(xs.tolist(), gs.tolist(), strict=True)
+    ]

@@ -4,15 +4,14 @@
 The AP+-Tree keeps live messages on its nodes' m-lists and moves subscriptions inside itself
 (paper 002, Sect. 4). The rivals have no such part: their papers match each message once. A
 hosted rival therefore gets what ``shard.naive_moving`` gives the AP-Tree in the moving
-baseline: the live messages on a uniform grid (``naive_moving._grid_insert``), and a
+baseline: the live messages on a uniform grid (``naive_moving.MessageGrid``), and a
 subscription that moves or is replaced re-evaluated from scratch over the grid cells its old and
-new regions meet (``_grid_diff``), which yields its exact - m / + m. In the index itself a move is
-a delete and an insert (papers 000/003/004 have no move). The updates are the AP+-Tree's:
+new regions meet (``MessageGrid.diff``), which yields its exact - m / + m. In the index itself a
+move is a delete and an insert (papers 000/003/004 have no move). The updates are the AP+-Tree's:
 (s, +m) for each match of a publish, the differences of a move or a replacement, (s, -m) to
 every current holder when a message expires. Exact for any index that matches exactly.
 
->>> from shard.model import Message, Point, Rect, Subscription
->>> h = HostedIndex("brute")  # any name of shard.indexes: the oracle here, to stay self-contained
+>>> HostedIndex("brute")  # brute force is a benchmark index, not one a shard hosts
 Traceback (most recent call last):
 ...
 shard.errors.ValidationError: index='brute': a shard hosts a rival index (rt, rt+, rt++, mbrtrie, ptquadtree, lfilter, iqtree, rqtree) or the AP+-Tree (aptree)
@@ -32,7 +31,7 @@ from shard.errors import ValidationError
 from shard.geometry import KIND_CIRCLE
 from shard.indexes import RIVAL_NAMES, index_class
 from shard.model import ADD, REMOVE, Circle, Message, Point, Rect, Subscription, Update
-from shard.naive_moving import DEFAULT_CELL_DEG, _grid_diff, _grid_insert
+from shard.naive_moving import DEFAULT_CELL_DEG, MessageGrid, updates_of
 
 _NONE_FORM = (
     np.zeros(1, np.int64),
@@ -43,7 +42,8 @@ _NONE_FORM = (
 )
 """The form of no subscription (an inverted infinite box, as a removed store row has: the grid
 scan skips its cells and it meets no point and no rectangle; a box like (1, 1, -1, -1) would
-still "meet" a rectangle message around it). ``_grid_diff`` reads the *new* form's clauses for both forms (a move keeps them)."""
+still "meet" a rectangle message around it). ``MessageGrid.diff`` reads the *new* form's
+clauses for both forms (a move keeps them)."""
 
 
 def _same_clauses(a, b) -> bool:
@@ -61,21 +61,12 @@ class HostedIndex:
                 index,
                 f"a shard hosts a rival index ({', '.join(RIVAL_NAMES)}) or the AP+-Tree (aptree)",
             )
-        if not isinstance(cell_deg, int | float) or not 0 < cell_deg <= 180:
-            raise ValidationError("cell_deg", cell_deg, "must be in (0, 180]")
         self.name = index
         self.index = index_class(index)(**options)
         self.msgs = MessageStore()
-        self.cell = float(cell_deg)
-        self.nx = max(1, math.ceil(360.0 / self.cell))
-        self.ny = max(1, math.ceil(180.0 / self.cell))
-        self._reset_grid()
+        self.grid = MessageGrid(cell_deg)
         self.now = -math.inf
         self.rebuilds = 0
-        self._mstamp = np.zeros(1024, np.int64)
-        self._stamp = 0
-        self._tm = np.zeros(1024, np.int64)
-        self._ts = 0
 
     @classmethod
     def build(cls, subs, index: str, **options: Any) -> HostedIndex:
@@ -89,66 +80,17 @@ class HostedIndex:
         return self.index.store
 
     # ---- the grid of live messages --------------------------------------------------------------
-    def _reset_grid(self) -> None:
-        self.head = np.full(self.nx * self.ny, -1, np.int64)
-        self.nxt_slot = np.empty(1024, np.int32)
-        self.nxt_link = np.empty(1024, np.int64)
-        self.n_links = 0
-
-    def _rebuild_grid(self) -> None:
-        self.msgs.release_dead()
-        self._reset_grid()
-        for x in np.flatnonzero(self.msgs.alive[: self.msgs.n_slots]).tolist():
-            self._grid_add(x)
-
-    def _grid_add(self, x: int) -> None:
-        self.nxt_slot, self.nxt_link, self.n_links = _grid_insert(
-            self.head,
-            self.nxt_slot,
-            self.nxt_link,
-            self.n_links,
-            x,
-            self.msgs.geom,
-            self.cell,
-            self.nx,
-            self.ny,
-        )
-
     def sync(self) -> None:
-        """Grow the per-message and per-term scratch to the current sizes."""
-        if self.msgs.alive.shape[0] > self._mstamp.shape[0]:
-            self._mstamp = np.zeros(2 * self.msgs.alive.shape[0], np.int64)
-        v = len(self.store.vocab_terms)
-        if v > self._tm.shape[0]:
-            self._tm = np.zeros(2 * v, np.int64)
+        """Grow the grid's per-message and per-term scratch to the current sizes."""
+        self.grid.sync(self.msgs, len(self.store.vocab_terms))
 
     def _diff(self, sub_id: str, old, new) -> list[Update]:
         """(sub_id, +-, m) for every live message the subscription gains or loses going from
         form ``old`` to ``new``, over the grid cells either meets."""
         if not len(self.msgs):
             return []
-        self.sync()
-        self._stamp += 1
-        xs, gs, self._ts = _grid_diff(
-            self.head,
-            self.nxt_slot,
-            self.nxt_link,
-            self.cell,
-            self.nx,
-            self.ny,
-            self.msgs.columns(),
-            self._mstamp,
-            self._stamp,
-            self._tm,
-            self._ts,
-            old,
-            new,
-        )
-        msgs = self.msgs.messages
-        return [
-            (sub_id, ADD if g > 0 else REMOVE, msgs[x].id)
-            for x, g in zip(xs.tolist(), gs.tolist(), strict=True)
-        ]
+        xs, gs = self.grid.diff(self.msgs, len(self.store.vocab_terms), old, new)
+        return updates_of(sub_id, xs, gs, self.msgs)
 
     # ---- time -----------------------------------------------------------------------------------
     def _expire(self, now: float) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -164,7 +106,7 @@ class HostedIndex:
             EncodedMessages(*self.msgs.encoded(np.array(expired, np.int64)))
         )
         if len(self.msgs.dead) > max(65536, len(self.msgs)):
-            self._rebuild_grid()
+            self.grid.rebuild(self.msgs)
         return ids, out_m, out_s
 
     def advance(self, now: float) -> list[Update]:
@@ -187,7 +129,7 @@ class HostedIndex:
                 if m.id in self.msgs.slot_of:
                     raise ValidationError("id", m.id, "a live message already has this id")
                 ids = sorted({store.term_id(t) for t in m.terms})
-                self._grid_add(self.msgs.add(m, ids, self.now + float(m.ttl)))
+                self.grid.add(self.msgs.add(m, ids, self.now + float(m.ttl)), self.msgs.geom)
         self.sync()
         if not messages:
             return updates, np.zeros(0, np.int64), np.zeros(0, np.int64)
