@@ -37,6 +37,7 @@ from geopubsub.tools import (
     bench_grpc,
     bench_soak,
     bench_subscribe,
+    bench_topk,
 )
 from geopubsub.tools.bench_warmup import warm_up, warm_up_moving
 from shard.applus import APPlusTree
@@ -167,6 +168,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     bench_grpc.register(kinds)
     bench_subscribe.register(kinds)
     bench_compare.register(kinds)
+    bench_topk.register(kinds)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
