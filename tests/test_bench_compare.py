@@ -57,6 +57,11 @@ def test_compare_sweeps_and_errors(workload, capsys):
     text = capsys.readouterr().out
     assert "| 500 | rt | 500 |" in text and "| 3000 | aptree | 3,000 |" in text
     assert main([*argv, "--sweep", "region", "--values", "0,2"]) == 0
+    assert main([*argv, "--index", "rt+@strategy=idf,mbrtrie@probe=trie"]) == 0
+    text = capsys.readouterr().out
+    assert "| - | rt+@strategy=idf | 3,000 |" in text and "| - | mbrtrie@probe=trie |" in text
+    assert main([*argv, "--index", "rt+@strategy=best"]) == 2
+    assert "strategy='best'" in capsys.readouterr().err
     assert main([*argv, "--index", "kdtree"]) == 2
     assert "--index='kdtree'" in capsys.readouterr().err
     assert main([*argv, "--sweep", "msg-length", "--values", "medium"]) == 2

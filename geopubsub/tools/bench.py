@@ -39,6 +39,7 @@ from geopubsub.tools import (
     bench_subscribe,
     bench_topk,
 )
+from geopubsub.tools.bench_compare import index_options
 from geopubsub.tools.bench_warmup import warm_up, warm_up_moving
 from shard.applus import APPlusTree
 from shard.aptree import APTree
@@ -295,29 +296,6 @@ def _phases_us(runs: list[list[float]], n: int) -> dict[str, float]:
         name: round(statistics.median(r[k] for r in runs) / max(n, 1) * 1e6, 2)
         for k, name in enumerate(("encode_us", "kernel_us", "ids_us"))
     }
-
-
-def index_options(items: list[str]) -> dict[str, int | float | str]:
-    """``--index-option KEY=VALUE`` items as keyword options: a value that reads as an integer
-    or a float is one, else a string.
-
-    >>> index_options(["strategy=idf", "capacity=16", "share=0.5"])
-    {'strategy': 'idf', 'capacity': 16, 'share': 0.5}
-    """
-    out: dict[str, int | float | str] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ValidationError("--index-option", item, "must be KEY=VALUE")
-        value: int | float | str = raw
-        for kind in (int, float):
-            try:
-                value = kind(raw)
-                break
-            except ValueError:
-                continue
-        out[key] = value
-    return out
 
 
 def run_match(args) -> int:

@@ -78,7 +78,8 @@ def register(kinds: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--index",
         default=",".join(DEFAULT_INDEXES),
-        help=f"comma-separated indexes (default: all but brute): {', '.join(INDEX_NAMES)}",
+        help=f"comma-separated indexes (default: all but brute): {', '.join(INDEX_NAMES)}; "
+        "options after @, e.g. rt+@strategy=idf",
     )
     p.add_argument("--sweep", choices=SWEEPS, default="none", help="the parameter to vary")
     p.add_argument("--values", help="the sweep's values, comma-separated (defaults in --help)")
@@ -230,10 +231,37 @@ def cut_keywords(subs: Sequence[Subscription], k: int) -> list[Subscription]:
 
 
 # ---- one index ---------------------------------------------------------------------------------
-def _empty(name: str):
+def index_options(items: list[str]) -> dict[str, int | float | str]:
+    """``--index-option KEY=VALUE`` items as keyword options: a value that reads as an integer
+    or a float is one, else a string.
+
+    >>> index_options(["strategy=idf", "capacity=16", "share=0.5"])
+    {'strategy': 'idf', 'capacity': 16, 'share': 0.5}
+    """
+    out: dict[str, int | float | str] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ValidationError("--index-option", item, "must be KEY=VALUE")
+        value: int | float | str = raw
+        for kind in (int, float):
+            try:
+                value = kind(raw)
+                break
+            except ValueError:
+                continue
+        out[key] = value
+    return out
+
+
+def _empty(spec: str):
+    """A new empty index from a spec: a name of ``shard.indexes``, optionally with options
+    ``NAME@KEY=VALUE@KEY=VALUE`` (e.g. ``rt+@strategy=idf``; values read as in ``bench match
+    --index-option``)."""
+    name, *items = spec.split("@")
     if name == "aptree":
-        return APTree()
-    return index_class(name)()
+        return APTree(**index_options(items))
+    return index_class(name)(**index_options(items))
 
 
 def _match_all(index, msgs: Sequence[Message]) -> float:
@@ -289,7 +317,7 @@ def measure(
             t0 = time.perf_counter()
             index.match_encoded(index.encode(chunk))
             row.chunk_s.append(time.perf_counter() - t0)
-    if name != "invlist" and args.updates > 0 and subs:
+    if not name.startswith("invlist") and args.updates > 0 and subs:
         rng = random.Random(args.seed)
         picked = [subs[rng.randrange(len(subs))] for _ in range(args.updates)]
         fresh = [Subscription(f"{s.id}~u{i}", s.clauses, s.region) for i, s in enumerate(picked)]
@@ -326,7 +354,8 @@ def brute_row(setting: str, subs, msgs, sample: int) -> tuple[Row, list[list[str
 def _names(raw: str) -> list[str]:
     names = [n.strip() for n in raw.split(",") if n.strip()]
     for n in names:
-        if n not in INDEX_NAMES or n == "brute":
+        base = n.split("@")[0]
+        if base not in INDEX_NAMES or base == "brute":
             raise ValidationError(
                 "--index", n, f"must be among {', '.join(INDEX_NAMES)} (brute runs on the sample)"
             )
