@@ -243,3 +243,28 @@ def test_subscribe_many_inserts_a_batch(cls):
     ix.check_invariants()
     assert len(ix) == 200 and ix.height >= 3
     assert_same_matches(ix, BruteMatcher(subs), msgs)
+
+
+def test_rtplusplus_keeps_its_postings_through_a_pool_compaction_while_the_root_is_a_leaf():
+    """A pool compaction at height 0 (more than 4,096 dead summary positions while the tree is
+    one leaf) must leave every live position an element: once the root splits, the postings of
+    the clauses from before the compaction are linked again (they were lost: no match)."""
+    ix = RtPlusPlusTree.build([])
+    keep = [
+        Subscription(f"k{i}", (("a", "b", f"t{i}"),), Rect(i, 0, i + 0.5, 1)) for i in range(20)
+    ]
+    for s in keep:
+        ix.subscribe(s)
+    for j in range(1500):  # 3 tokens each: past 4,096 garbage positions at height 0
+        ix.subscribe(Subscription(f"c{j}", (("x", "y", f"u{j}"),), Rect(0, 0, 1, 1)))
+        ix.unsubscribe(f"c{j}")
+    assert ix.height == 0
+    for j in range(200):  # the root splits: the summaries are made again from the positions
+        ix.subscribe(Subscription(f"g{j}", (("p", f"v{j}"),), Rect(j, 5, j + 0.5, 6)))
+    assert ix.height > 0
+    ix.check_invariants()
+    assert ix.match(Message("m", ("a", "b", "t3"), Point(3.2, 0.5))) == ["k3"]
+    for s in keep[:10]:  # and their removal unlinks their own postings only
+        ix.unsubscribe(s.id)
+    ix.check_invariants()
+    assert ix.match(Message("m", ("a", "b", "t13"), Point(13.2, 0.5))) == ["k13"]

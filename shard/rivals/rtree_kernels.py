@@ -269,9 +269,15 @@ def link_sorted(ht, hm, tr, ni, nch, cleaf, moff, mlen, mtok, lk):
     ``add_path`` would give clause by clause. O(terms log terms)."""
     root = tr[ROOT]
     height = ni[root, HGT]
-    if height == 0:  # the root carries no summary
-        return ht
     rows = subtree_clauses(root, ni, nch)
+    if height == 0:  # the root carries no summary: no list, but every position keeps an
+        e = 0  # element of its own, which the lists take once the root splits (add_path)
+        for c in rows:
+            for p in range(moff[c], moff[c] + mlen[c]):
+                lk[p, ELEM] = e
+                lk[e, ECL] = c
+                e += 1
+        return ht
     total = 0
     for c in rows:
         total += mlen[c]
