@@ -80,6 +80,7 @@ from shard.model import (
     validate_point,
     validate_rect,
 )
+from shard.rivals.hosted import HostedIndex
 
 SNAPSHOT_MAGIC = b"GPSS"
 SNAPSHOT_VERSION = 2
@@ -101,8 +102,6 @@ def _new_tree(options: dict[str, Any], subs: Iterable[Subscription] | None = Non
     name = options.pop("index", "aptree")
     if name == "aptree":
         return APPlusTree(**options) if subs is None else APPlusTree.build(subs, **options)
-    from shard.rivals.hosted import HostedIndex  # a rival's kernels compile only when used
-
     if subs is None:
         return HostedIndex(name, **options)
     return HostedIndex.build(subs, name, **options)

@@ -13,7 +13,7 @@ from geopubsub.tools.cli import main
 from geopubsub.tools.gen import generate
 from shard.brute import BruteMatcher
 from shard.indexes import RIVAL_NAMES
-from shard.model import Point, Rect
+from shard.model import Message, Point, Rect, Subscription
 from shard.workload import read_messages, read_subscriptions
 
 
@@ -71,8 +71,6 @@ def test_compare_sweeps_and_errors(workload, capsys):
 def test_the_sweeps_workloads():
     subs = list(read_subscriptions_of([("a b c", (0, 0, 1, 1))]))
     assert [c for s in cut_keywords(subs, 2) for c in s.clauses] == [("a", "b")]
-    from shard.model import Message
-
     msgs = [Message("m", ("a",), Rect(0, 0, 2, 2))]
     assert square_messages(msgs, 0)[0].location == Point(1, 1)
     assert square_messages(msgs, 1)[0].location == Rect(0.5, 0.5, 1.5, 1.5)
@@ -82,8 +80,6 @@ def test_the_sweeps_workloads():
 
 
 def read_subscriptions_of(rows):
-    from shard.model import Subscription
-
     for i, (kw, box) in enumerate(rows):
         yield Subscription(f"s{i}", (tuple(kw.split()),), Rect(*box))
 

@@ -19,6 +19,7 @@ from geopubsub.convert import to_proto_message
 from geopubsub.v1 import geopubsub_pb2 as pb
 from shard.brute import subscription_matches
 from shard.errors import ValidationError
+from shard.host.warmup import warm_up_shard
 from shard.indexes import RIVAL_NAMES
 from shard.model import Circle, Message, Point, Rect, Subscription
 from shard.state import ShardState
@@ -99,3 +100,10 @@ def test_a_cluster_whose_shards_run_a_rival_delivers_as_the_oracle(ray_session, 
             assert all(s["tree"]["index"] == name for s in stats), stats
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("name", RIVAL_NAMES)
+def test_a_shard_actor_warms_up_its_own_index(name):
+    """The actor's start-up warm-up runs every operation kind on the index the shard is made
+    with, so that a cold kernel cache is paid there and not by the first round (deadlines)."""
+    warm_up_shard({"index": name})

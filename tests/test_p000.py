@@ -13,6 +13,7 @@ from shard.errors import ValidationError
 from shard.model import Message, Point, Rect, Subscription
 from shard.rivals.lfilter import LFilter
 from shard.rivals.mbrtrie import MBRTrie
+from shard.rivals.p000_common import distinct_ranks
 from shard.rivals.ptquadtree import PTQuadtree
 from tests.workloads import assert_same_matches, random_message, random_subscription
 
@@ -27,6 +28,15 @@ def _workload(seed: int, n_subs: int, n_msgs: int, vocab_size: int = 60):
         for i, m in enumerate(msgs[:20])
     ]
     return subs, msgs
+
+
+# ---- numbering (Sect. 3.1) ---------------------------------------------------------------------
+def test_distinct_ranks_sort_and_merge_a_clause_or_message_and_rank_new_terms_as_their_id():
+    rank = np.array([2, 0, 1], np.int32)  # term 1 rarest, then 2, then 0
+    terms = np.array([9, 2, 0, 2, 5, 1], np.int32)
+    # terms[1:6] = 2, 0, 2, 5, 1: ranks 1, 2, 1, 5 (newer than the ranks), 0
+    assert distinct_ranks(terms, 1, 6, rank).tolist() == [0, 1, 2, 5]
+    assert distinct_ranks(terms, 3, 3, rank).tolist() == []
 
 
 # ---- MBRTrie (Sect. 3) ------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import random
 import subprocess
 import sys
 
@@ -220,8 +221,6 @@ test_interleaved_changes_match_oracle = TopKMachine.TestCase
 def test_seeded_stress_deep_trees():
     """Hundreds of changes on trees of fanout 2-4 (splits, emptied nodes, root collapses), the
     structure checked after each, the answers against the oracle every 25 changes."""
-    import random
-
     rnd = random.Random(7)
     dicts = [_random_sub(rnd, f"s{i}") for i in range(400)]
     subs = [subscription_from_dict(d) for d in dicts]

@@ -5,7 +5,8 @@ this one process from the same parsed subscriptions, one after another (each fre
 next), and measured the same way:
 
 * **build**: seconds to index the loaded columns (``rebuild``; parsing and the columns are
-  shared work and not counted), median of ``--repeat``;
+  shared work and not counted), median of ``--repeat``, after a warm-up on a few hundred
+  subscriptions (``warm``: numba compiles a kernel at its first call, which no figure counts);
 * **memory**: bytes of every array and container the built index holds, its subscription
   columns included (``deep_nbytes``: a walk over the object, each array counted once);
 * **µs per message**: every message matched in batches of 1,024 (encode, compiled match, ids),
@@ -45,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from geopubsub.tools.bench_warmup import warm_up
 from shard.aptree import APTree
@@ -56,6 +58,7 @@ from shard.workload import read_messages, read_subscriptions
 
 MATCH_BATCH = 1024
 CHOICE_CHUNK = 64
+WARM_SUBS = 300
 DEFAULT_INDEXES = ("aptree", "invlist", *RIVAL_NAMES)
 SWEEPS = ("none", "subs", "msg-length", "region", "keywords")
 DEFAULT_VALUES = {
@@ -281,6 +284,22 @@ def _pairs(index, msgs: Sequence[Message]) -> list[list[str]]:
     return out
 
 
+def warm(spec: str, subs: Sequence[Subscription], msgs: Sequence[Message]) -> None:
+    """Compile (or load from numba's cache) the index's kernels before anything is timed: a
+    throwaway index over a few hundred of the subscriptions, built, matched, changed. Without it
+    the first build or the first subscribe would carry the compilation (seconds)."""
+    index = _empty(spec)
+    index.store.add_bulk(subs[:WARM_SUBS])
+    index.rebuild()
+    index.match_batch(list(msgs[:20]))
+    if not spec.startswith("invlist"):
+        for i, s in enumerate(subs[:3]):
+            index.subscribe(Subscription(f"{s.id}~w{i}", s.clauses, s.region))
+        for i, s in enumerate(subs[:3]):
+            index.unsubscribe(f"{s.id}~w{i}")
+        index.match_batch(list(msgs[:20]))
+
+
 def measure(
     name: str,
     setting: str,
@@ -291,6 +310,7 @@ def measure(
 ) -> Row:
     """Build ``name`` over ``subs`` and measure it (see the module docstring)."""
     row = Row(name, setting, 0, len(msgs))
+    warm(name, subs, msgs)
     builds, passes = [], []
     index = None
     for _ in range(max(1, args.repeat)):
@@ -380,8 +400,6 @@ def _workloads(args, subs, msgs):
 
 
 def run(args) -> int:
-    from tqdm import tqdm
-
     names = _names(args.index)
     for flag in ("repeat", "check_sample"):
         if getattr(args, flag) < 1:

@@ -90,7 +90,7 @@ class ShardActor:
         self._shard_id = shard_id
         self._options = dict(options or {})
         self._state = ShardState(shard_id, **self._options)  # validates the options first
-        warm_up_shard()
+        warm_up_shard(self._options)
         self._gc = GcPauses().install()
         self._incarnation = uuid.uuid4().hex
         self._needs_rebuild = _was_reconstructed()

@@ -9,6 +9,8 @@ unsubscribe, expiry and a purge. With a warm cache it takes well under a second.
 
 from __future__ import annotations
 
+from typing import Any
+
 from shard.model import Circle, Message, Point, Rect, Subscription
 from shard.ops import apply_ops
 from shard.state import ShardState
@@ -31,10 +33,15 @@ def workload(moving: bool = True) -> tuple[list[Subscription], list[Message]]:
     return subs, msgs
 
 
-def warm_up_shard() -> None:
-    """Run every operation kind once on a small throwaway shard (see the module docstring)."""
+def warm_up_shard(options: dict[str, Any] | None = None) -> None:
+    """Run every operation kind once on a small throwaway shard (see the module docstring)
+    made with the shard's ``options``: a shard on a rival index (``index``) compiles that
+    index's kernels, not only the AP+-Tree's."""
     subs, msgs = workload()
-    state = ShardState.build(0, subs, 0.0, theta_p=8, fanout=16)
+    opts = dict(options or {})
+    if opts.get("index", "aptree") == "aptree":
+        opts.update(theta_p=8, fanout=16)
+    state = ShardState.build(0, subs, 0.0, **opts)
     ops: list[tuple] = [("pub", m) for m in msgs]
     ops.append(("pub", Message("r", ("a",), Rect(0, 0, 3, 1), ttl=0.0)))
     apply_ops(state, ops, 0.0)
@@ -46,5 +53,6 @@ def warm_up_shard() -> None:
     apply_ops(state, [("sub", s) for s in extra], 2.0)
     apply_ops(state, [("detach", "w1"), ("unsub", "w2"), ("move", "x", Point(5, 0.5))], 3.0)
     apply_ops(state, [], 10.0)
-    state.tree.purge()
+    if hasattr(state.tree, "purge"):  # the AP+-Tree's lazy deletion
+        state.tree.purge()
     state.stats()

@@ -27,6 +27,7 @@ import numpy as np
 
 from shard.applus.messages import MessageStore
 from shard.applus.tree import recentre, subscription_form
+from shard.aptree.tree import EncodedMessages
 from shard.errors import ValidationError
 from shard.geometry import KIND_CIRCLE
 from shard.indexes import RIVAL_NAMES, index_class
@@ -100,8 +101,6 @@ class HostedIndex:
         expired, ids = self.msgs.pop_expired(self.now)
         if not expired:
             return ids, np.zeros(0, np.int64), np.zeros(0, np.int64)
-        from shard.aptree.tree import EncodedMessages
-
         out_m, out_s = self.index.match_encoded(
             EncodedMessages(*self.msgs.encoded(np.array(expired, np.int64)))
         )

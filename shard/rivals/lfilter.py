@@ -59,15 +59,15 @@ from shard.rivals.mbrtrie import check_trie, make_trie, probe_children, trie_mat
 from shard.rivals.p000_common import (
     P000Index,
     boxes_meet,
+    distinct_ranks,
     lg,
     lower_bound,
-    message_ranks,
     outside,
     positive_int,
-    report_full,
     report_spatial,
     room2,
     scan_pending,
+    start_message,
 )
 from shard.rivals.ptquadtree import (
     DEFAULT_MAX_COPIES,
@@ -80,6 +80,8 @@ from shard.rivals.ptquadtree import (
     pt_filter,
     quadtree_options,
     quadtree_stats,
+    report_tokenless,
+    verify_list,
 )
 
 DEFAULT_EST_LEVEL = 3
@@ -130,39 +132,19 @@ def cost_quadtree(h_q, avg_rt, cand_q, n):
 # ---- HYBRIDPRUNE (Sect. 5.2, Fig. 6) ------------------------------------------------------------
 @njit(cache=True)
 def hybrid_prune(
-    trie,
-    fan,
-    T,
-    lists,
-    list_box,
-    list_tok,
-    pairs,
-    npairs,
-    numbering,
-    cols,
-    TM,
-    SM,
-    stamp,
-    CM,
-    cstamp,
-    q,
-    is_point,
-    box,
-    geom,
-    out,
-    frames,
-    pc,
-    pj,
-    counts,
+    trie, fan, T, qt, pairs, npairs, numbering, cols, TM, SM, CM, cstamp, msg, out, work
 ):
-    """HYBRIDPRUNE from the root with the lists ``pairs[:npairs]`` (ranges of ``lists``).
-    ``fan``: (children, grandchildren per node, D, S_avg). Depth first with an explicit stack of
-    frames (node, token index, pair range); the pairs of live frames stay a stack in ``pairs``.
-    Returns (out, pairs)."""
+    """HYBRIDPRUNE from the root with the lists ``pairs[:npairs]`` (ranges of the quadtree's
+    ``lists``). ``fan``: (children, grandchildren per node, D, S_avg). Depth first with an explicit
+    stack of frames (node, token index, pair range); the pairs of live frames stay a stack in
+    ``pairs``. ``work``: (frames, SELECTPAIR's pair nodes, pair indexes, ``COUNT_NAMES``
+    counters). Returns (out, pairs)."""
     tok, lo, hi, nend, mbr, child_off, child_ids, child_tok = trie
+    lists, list_box = qt[3], qt[4]
     nchild, ngrand, d, s_avg = fan
     rank, pos_row, pos_slot, alive = numbering
-    x0, y0, x1, y1 = box
+    frames, pc, pj, counts = work
+    x0, y0, x1, y1 = msg[3]
     n_tok = T.shape[0]
     frames[0, 0] = 0
     frames[0, 1] = 0
@@ -184,22 +166,7 @@ def hybrid_prune(
                         continue
                     if CM[p] != cstamp:
                         CM[p] = cstamp
-                        out = report_spatial(
-                            p,
-                            pos_slot,
-                            alive,
-                            cols,
-                            SM,
-                            stamp,
-                            q,
-                            is_point,
-                            x0,
-                            y0,
-                            x1,
-                            y1,
-                            geom,
-                            out,
-                        )
+                        out = report_spatial(p, pos_slot, alive, cols, SM, msg, out)
         nt = n_tok - j
         if nchild[n] == 0 or nt == 0:
             continue
@@ -217,32 +184,10 @@ def hybrid_prune(
         if c_l > c_v:  # Fig. 6 lines 4-6: PT-QUADTREE-VERIFY of the lists below n
             counts[3] += 1
             for z in range(s0, s1):
-                for x in range(lower_bound(lists, pairs[z, 0], pairs[z, 1], t_hi), pairs[z, 1]):
-                    p = lists[x]
-                    if outside(list_box, x, x0, y0, x1, y1):
-                        continue
-                    if TM[list_tok[x]] != stamp:
-                        continue
-                    if CM[p] != cstamp:
-                        CM[p] = cstamp
-                        out = report_full(
-                            p,
-                            pos_row,
-                            pos_slot,
-                            alive,
-                            cols,
-                            TM,
-                            SM,
-                            stamp,
-                            q,
-                            is_point,
-                            x0,
-                            y0,
-                            x1,
-                            y1,
-                            geom,
-                            out,
-                        )
+                x = lower_bound(lists, pairs[z, 0], pairs[z, 1], t_hi)
+                out, nv = verify_list(
+                    qt, x, pairs[z, 1], numbering, cols, TM, SM, CM, cstamp, msg, out
+                )
             continue
         counts[2] += 1  # lines 9-13: SELECTPAIR, then LISTPRUNING to each child's range
         k = probe_children(trie, n, T, j, 2, x0, y0, x1, y1, pc, pj)
@@ -267,62 +212,35 @@ def hybrid_prune(
 
 
 @njit(cache=True)
-def _match(
-    trie,
-    scratch,
-    fan,
-    L,
-    qt,
-    qstats,
-    n_empty,
-    numbering,
-    cols,
-    TM,
-    SM,
-    stamp,
-    cstamp,
-    CM,
-    pending,
-    m_off,
-    m_terms,
-    m_kind,
-    m_geom,
-):
-    """Alg. 3 over a batch. Extra result: the four ``COUNT_NAMES`` counters."""
-    reg, child, list_off, lists, list_box, list_tok, cs_off, cs_terms, ns_off, ns_terms = qt
+def _match(lf, numbering, cols, TM, SM, stamp, cstamp, CM, pending, batch):
+    """Alg. 3 over a batch (``lf``: the ``LFilter._kernel_args``). Extra result: the four
+    ``COUNT_NAMES`` counters."""
+    trie, scratch, fan, L, qt, qstats, n_empty = lf
+    list_off = qt[2]
     h_q, avg_rt, frontier, leaves_under = qstats
     d = fan[2]
-    rank, pos_row, pos_slot, alive = numbering
+    rank = numbering[0]
+    m_terms = batch[1]
     out = (np.empty(64, np.int32), np.empty(64, np.int32), 0)
     tsc = (scratch[0], scratch[1], scratch[2], scratch[3])  # trie_match's
-    frames = scratch[4]
+    counts = np.zeros(4, np.int64)
+    work = (scratch[4], scratch[2], scratch[3], counts)  # hybrid_prune's
     pairs = np.empty((64, 2), np.int64)
     stack = np.empty((64, 2), np.int32)
     cand = np.empty(64, np.int32)
-    counts = np.zeros(4, np.int64)
-    for q in range(m_kind.shape[0]):
-        stamp += 1
+    for q in range(batch[2].shape[0]):
+        stamp, a, b, msg = start_message(batch, q, TM, stamp)
         cstamp += 1
-        a, b = m_off[q], m_off[q + 1]
-        for i in range(a, b):
-            TM[m_terms[i]] = stamp
-        g = m_geom[q]
-        box = (g[0], g[1], g[2], g[3])
-        is_point = m_kind[q] == 0
-        T = message_ranks(m_terms, a, b, rank)
+        is_point, box = msg[2], msg[3]
+        T = distinct_ranks(m_terms, a, b, rank)
         n = float(T.shape[0])
         cand_q = estimate_cand_q(qt, frontier, leaves_under, is_point, box)
         if cost_quadtree(h_q, avg_rt, cand_q, n) > cost_trie(L, n, d):  # Case 1
             counts[0] += 1
-            out, v = trie_match(
-                trie, T, 2, numbering, cols, SM, stamp, q, is_point, box, g, out, tsc
-            )
+            out, v = trie_match(trie, T, 2, numbering, cols, SM, msg, out, tsc)
         else:  # Case 2
             counts[1] += 1
-            for p in range(n_empty):
-                out = report_spatial(
-                    p, pos_slot, alive, cols, SM, stamp, q, is_point, g[0], g[1], g[2], g[3], g, out
-                )
+            out = report_tokenless(n_empty, numbering, cols, SM, msg, out)
             nc, stack, cand = pt_filter(qt, box, m_terms, a, b, TM, stamp, stack, cand)
             pairs = room2(pairs, 0, nc)
             for i in range(nc):
@@ -330,51 +248,9 @@ def _match(
                 pairs[i, 1] = list_off[cand[i] + 1]
             if nc > 0 and T.shape[0] > 0:
                 out, pairs = hybrid_prune(
-                    trie,
-                    fan,
-                    T,
-                    lists,
-                    list_box,
-                    list_tok,
-                    pairs,
-                    nc,
-                    numbering,
-                    cols,
-                    TM,
-                    SM,
-                    stamp,
-                    CM,
-                    cstamp,
-                    q,
-                    is_point,
-                    box,
-                    g,
-                    out,
-                    frames,
-                    scratch[2],
-                    scratch[3],
-                    counts,
+                    trie, fan, T, qt, pairs, nc, numbering, cols, TM, SM, CM, cstamp, msg, out, work
                 )
-        out_m, out_s, nout = out
-        out_m, out_s, nout = scan_pending(
-            pending,
-            m_terms[a:b],
-            cols,
-            TM,
-            SM,
-            stamp,
-            q,
-            is_point,
-            g[0],
-            g[1],
-            g[2],
-            g[3],
-            g,
-            out_m,
-            out_s,
-            nout,
-        )
-        out = (out_m, out_s, nout)
+        out = scan_pending(pending, m_terms[a:b], cols, TM, SM, msg, out)
     out_m, out_s, nout = out
     return out_m[:nout].copy(), out_s[:nout].copy(), stamp, cstamp, counts
 
@@ -465,19 +341,14 @@ class LFilter(P000Index):
         self.n_empty = int(np.count_nonzero(lens == 0))
 
     def match_encoded(self, batch):
-        out_m, out_s, counts = self._run(
-            _match,
-            batch,
-            self.trie,
-            self.scratch,
-            self.fan,
-            self.L,
-            self.qt,
-            self.qstats,
-            self.n_empty,
-        )
+        out_m, out_s, counts = self._run(_match, batch, self._kernel_args())
         self.counts += counts
         return out_m, out_s
+
+    def _kernel_args(self):
+        """What ``_match`` takes of the structure: (trie, scratch, fan, L, qt, qstats,
+        n_empty)."""
+        return (self.trie, self.scratch, self.fan, self.L, self.qt, self.qstats, self.n_empty)
 
     def stats(self) -> dict[str, int]:
         return {

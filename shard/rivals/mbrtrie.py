@@ -54,11 +54,12 @@ from shard.errors import ValidationError
 from shard.rivals.p000_common import (
     P000Index,
     boxes_meet,
+    distinct_ranks,
     lg,
     lower_bound,
-    message_ranks,
     report_spatial,
     scan_pending,
+    start_message,
 )
 
 PROBES = ("tokenset", "trie", "cost")
@@ -198,15 +199,15 @@ def probe_children(trie, n, T, j, probe, x0, y0, x1, y1, out_c, out_j):
 
 
 @njit(cache=True)
-def trie_match(trie, T, probe, numbering, cols, SM, stamp, q, is_point, box, geom, out, scratch):
-    """Alg. 1 for one message (ranks ``T``): MBRTrie-FILTER from the root (depth first, an
-    explicit stack of candidate pairs) and MBRTrie-VERIFY of each candidate's terminal clauses.
-    ``scratch``: (stack nodes, stack token indexes, pair nodes, pair indexes). Returns (out,
-    nodes visited)."""
+def trie_match(trie, T, probe, numbering, cols, SM, msg, out, scratch):
+    """Alg. 1 for one message (``msg``, ranks ``T``): MBRTrie-FILTER from the root (depth first,
+    an explicit stack of candidate pairs) and MBRTrie-VERIFY of each candidate's terminal
+    clauses. ``scratch``: (stack nodes, stack token indexes, pair nodes, pair indexes). Returns
+    (out, nodes visited)."""
     tok, lo, hi, nend, mbr, child_off, child_ids, child_tok = trie
     rank, pos_row, pos_slot, alive = numbering
     st_n, st_j, pc, pj = scratch
-    x0, y0, x1, y1 = box
+    x0, y0, x1, y1 = msg[3]
     if tok.shape[0] == 0 or not boxes_meet(mbr[0], x0, y0, x1, y1):  # Alg. 1 line 6
         return out, 0
     sp = 1
@@ -218,9 +219,7 @@ def trie_match(trie, T, probe, numbering, cols, SM, stamp, q, is_point, box, geo
         n, j = st_n[sp], st_j[sp]
         visited += 1
         for p in range(lo[n], lo[n] + nend[n]):  # MBRTrie-VERIFY: the region test only
-            out = report_spatial(
-                p, pos_slot, alive, cols, SM, stamp, q, is_point, x0, y0, x1, y1, geom, out
-            )
+            out = report_spatial(p, pos_slot, alive, cols, SM, msg, out)
         k = probe_children(trie, n, T, j, probe, x0, y0, x1, y1, pc, pj)
         for i in range(k):  # (a node is pushed at most once: the stack fits the node count)
             st_n[sp] = pc[i]
@@ -247,60 +246,18 @@ def trie_scratch(trie):
 
 
 @njit(cache=True)
-def _match(
-    trie,
-    probe,
-    scratch,
-    numbering,
-    cols,
-    TM,
-    SM,
-    stamp,
-    cstamp,
-    CM,
-    pending,
-    m_off,
-    m_terms,
-    m_kind,
-    m_geom,
-):
+def _match(trie, probe, scratch, numbering, cols, TM, SM, stamp, cstamp, CM, pending, batch):
     """Alg. 1 over a batch: per message its ranks, the trie, then the pending clauses."""
     rank = numbering[0]
+    m_terms = batch[1]
     out = (np.empty(64, np.int32), np.empty(64, np.int32), 0)
     visited = np.zeros(1, np.int64)
-    for q in range(m_kind.shape[0]):
-        stamp += 1
-        a, b = m_off[q], m_off[q + 1]
-        for i in range(a, b):
-            TM[m_terms[i]] = stamp
-        g = m_geom[q]
-        box = (g[0], g[1], g[2], g[3])
-        is_point = m_kind[q] == 0
-        T = message_ranks(m_terms, a, b, rank)
-        out, v = trie_match(
-            trie, T, probe, numbering, cols, SM, stamp, q, is_point, box, g, out, scratch
-        )
+    for q in range(batch[2].shape[0]):
+        stamp, a, b, msg = start_message(batch, q, TM, stamp)
+        T = distinct_ranks(m_terms, a, b, rank)
+        out, v = trie_match(trie, T, probe, numbering, cols, SM, msg, out, scratch)
         visited[0] += v
-        out_m, out_s, nout = out
-        out_m, out_s, nout = scan_pending(
-            pending,
-            m_terms[a:b],
-            cols,
-            TM,
-            SM,
-            stamp,
-            q,
-            is_point,
-            box[0],
-            box[1],
-            box[2],
-            box[3],
-            g,
-            out_m,
-            out_s,
-            nout,
-        )
-        out = (out_m, out_s, nout)
+        out = scan_pending(pending, m_terms[a:b], cols, TM, SM, msg, out)
     out_m, out_s, nout = out
     return out_m[:nout].copy(), out_s[:nout].copy(), stamp, cstamp, visited
 

@@ -76,7 +76,9 @@ from shard.rivals.p000_common import (
     report_full,
     report_spatial,
     room,
+    room2,
     scan_pending,
+    start_message,
 )
 
 DEFAULT_TAU_NUM = 32
@@ -98,13 +100,6 @@ GREEDY_ROUNDS = 64
 
 
 # ---- build ------------------------------------------------------------------------------------
-@njit(cache=True)
-def _grow2(a, n):
-    b = np.empty((2 * n, a.shape[1]), a.dtype)
-    b[:n] = a[:n]
-    return b
-
-
 @njit(cache=True)
 def split_nodes(boxes, items0, root, tau_num, tau_area, max_depth, max_copies):
     """Sect. 4.1: split breadth first. Returns (region [n, 4], depth, first child (-1: leaf),
@@ -147,18 +142,14 @@ def split_nodes(boxes, items0, root, tau_num, tau_area, max_depth, max_copies):
         if total > max_copies * cnt:
             i += 1
             continue
-        if n_nodes + 4 > reg.shape[0]:
-            reg = _grow2(reg, n_nodes)
-            depth, child, parent = (
-                grown(depth, n_nodes),
-                grown(child, n_nodes),
-                grown(parent, n_nodes),
-            )
-            it_off, it_cnt = grown(it_off, n_nodes), grown(it_cnt, n_nodes)
-        if top + total > buf.shape[0]:
-            nb = np.empty(2 * (top + total), np.int32)
-            nb[:top] = buf[:top]
-            buf = nb
+        reg = room2(reg, n_nodes, 4)  # (the node columns grow together)
+        depth, child, parent = (
+            room(depth, n_nodes, 4),
+            room(child, n_nodes, 4),
+            room(parent, n_nodes, 4),
+        )
+        it_off, it_cnt = room(it_off, n_nodes, 4), room(it_cnt, n_nodes, 4)
+        buf = room(buf, top, total)
         child[i] = n_nodes
         for z in range(4):
             c = n_nodes + z
@@ -421,8 +412,7 @@ def pt_filter(qt, box, m_terms, ma, mb, TM, stamp, stack, cand):
             cand[nc] = n
             nc += 1
             continue
-        if sp + 4 > stack.shape[0]:
-            stack = _grow2(stack, sp)
+        stack = room2(stack, sp, 4)
         for z in range(4):
             stack[sp, 0] = child[n] + z
             stack[sp, 1] = free
@@ -431,82 +421,61 @@ def pt_filter(qt, box, m_terms, ma, mb, TM, stamp, stack, cand):
 
 
 @njit(cache=True)
-def _match(
-    qt, n_empty, numbering, cols, TM, SM, stamp, cstamp, CM, pending, m_off, m_terms, m_kind, m_geom
-):
-    """Alg. 2 over a batch: filter, PT-QUADTREE-VERIFY of the candidate leaves, the clauses
-    without tokens, the pending clauses. Extra result: [candidate leaves, clauses verified]."""
-    reg, child, list_off, lists, list_box, list_tok, cs_off, cs_terms, ns_off, ns_terms = qt
+def report_tokenless(n_empty, numbering, cols, SM, msg, out):
+    """The clauses without tokens (the first ``n_empty`` positions, kept out of the quadtree:
+    no pivotal token) against every message: the region test only. Returns ``out``."""
+    pos_slot, alive = numbering[2], numbering[3]
+    for p in range(n_empty):
+        out = report_spatial(p, pos_slot, alive, cols, SM, msg, out)
+    return out
+
+
+@njit(cache=True)
+def verify_list(qt, x_from, x_to, numbering, cols, TM, SM, CM, cstamp, msg, out):
+    """PT-QUADTREE-VERIFY (Sect. 4.2) of the leaf-list entries ``lists[x_from:x_to]``: the
+    list's own columns first (the box, then the rarest term), each position once per message
+    (``CM``/``cstamp``), then ``report_full``. Returns (out, positions verified)."""
+    lists, list_box, list_tok = qt[3], qt[4], qt[5]
     rank, pos_row, pos_slot, alive = numbering
+    stamp = msg[1]
+    x0, y0, x1, y1 = msg[3]
+    nv = 0
+    for x in range(x_from, x_to):
+        if outside(list_box, x, x0, y0, x1, y1):
+            continue  # (the box test on the list's own column, before the clause's)
+        if TM[list_tok[x]] != stamp:
+            continue  # (its rarest term, from the list's column)
+        p = lists[x]
+        if CM[p] == cstamp:
+            continue
+        CM[p] = cstamp
+        nv += 1
+        out = report_full(p, pos_row, pos_slot, alive, cols, TM, SM, msg, out)
+    return out, nv
+
+
+@njit(cache=True)
+def _match(qt, n_empty, numbering, cols, TM, SM, stamp, cstamp, CM, pending, batch):
+    """Alg. 2 over a batch: the clauses without tokens, filter, PT-QUADTREE-VERIFY of the
+    candidate leaves, the pending clauses. Extra result: [candidate leaves, clauses verified]."""
+    list_off = qt[2]
+    m_terms = batch[1]
     out = (np.empty(64, np.int32), np.empty(64, np.int32), 0)
     stack = np.empty((64, 2), np.int32)
     cand = np.empty(64, np.int32)
     counts = np.zeros(2, np.int64)
-    for q in range(m_kind.shape[0]):
-        stamp += 1
+    for q in range(batch[2].shape[0]):
+        stamp, a, b, msg = start_message(batch, q, TM, stamp)
         cstamp += 1
-        a, b = m_off[q], m_off[q + 1]
-        for i in range(a, b):
-            TM[m_terms[i]] = stamp
-        g = m_geom[q]
-        box = (g[0], g[1], g[2], g[3])
-        is_point = m_kind[q] == 0
-        for p in range(n_empty):
-            out = report_spatial(
-                p, pos_slot, alive, cols, SM, stamp, q, is_point, g[0], g[1], g[2], g[3], g, out
-            )
-        nc, stack, cand = pt_filter(qt, box, m_terms, a, b, TM, stamp, stack, cand)
+        out = report_tokenless(n_empty, numbering, cols, SM, msg, out)
+        nc, stack, cand = pt_filter(qt, msg[3], m_terms, a, b, TM, stamp, stack, cand)
         counts[0] += nc
         for i in range(nc):
             leaf = cand[i]
-            for x in range(list_off[leaf], list_off[leaf + 1]):
-                if outside(list_box, x, g[0], g[1], g[2], g[3]):
-                    continue  # (the box test on the list's own column, before the clause's)
-                if TM[list_tok[x]] != stamp:
-                    continue  # (its rarest term, from the list's column)
-                p = lists[x]
-                if CM[p] == cstamp:
-                    continue
-                CM[p] = cstamp
-                counts[1] += 1
-                out = report_full(
-                    p,
-                    pos_row,
-                    pos_slot,
-                    alive,
-                    cols,
-                    TM,
-                    SM,
-                    stamp,
-                    q,
-                    is_point,
-                    g[0],
-                    g[1],
-                    g[2],
-                    g[3],
-                    g,
-                    out,
-                )
-        out_m, out_s, nout = out
-        out_m, out_s, nout = scan_pending(
-            pending,
-            m_terms[a:b],
-            cols,
-            TM,
-            SM,
-            stamp,
-            q,
-            is_point,
-            g[0],
-            g[1],
-            g[2],
-            g[3],
-            g,
-            out_m,
-            out_s,
-            nout,
-        )
-        out = (out_m, out_s, nout)
+            xa, xb = list_off[leaf], list_off[leaf + 1]
+            out, nv = verify_list(qt, xa, xb, numbering, cols, TM, SM, CM, cstamp, msg, out)
+            counts[1] += nv
+        out = scan_pending(pending, m_terms[a:b], cols, TM, SM, msg, out)
     out_m, out_s, nout = out
     return out_m[:nout].copy(), out_s[:nout].copy(), stamp, cstamp, counts
 
