@@ -183,6 +183,49 @@ def test_churn_compacts_the_pool_and_stays_exact(cls, monkeypatch):
     assert_same_matches(ix, oracle, [random_message(rng, f"n{i}") for i in range(120)])
 
 
+@pytest.mark.parametrize("cls", BOTH)
+def test_a_build_leaves_room_for_the_next_updates(cls):
+    # the first updates after a bulk load regrow neither the pool, nor the clause rows, nor the
+    # list hash (each O(size)), nor compile the delete kernel (``ROOM_SHARE``, ``_build``)
+    rng = random.Random(11)
+    subs = [random_subscription(rng, f"s{i}") for i in range(2000)]
+    ix = cls.build(subs)
+    assert qt.delete_clauses.signatures
+    sizes = (ix.ei.shape[0], ix.ef.shape[0], ix.ki.shape[0], ix.ht.shape[0])
+    oracle = BruteMatcher(subs)
+    fresh = []
+    for i in range(100):  # copies of random subscriptions under new ids, as ``bench compare``
+        s = subs[rng.randrange(len(subs))]
+        fresh.append(Subscription(f"{s.id}~u{i}", s.clauses, s.region))
+        ix.subscribe(fresh[-1])
+        oracle.subscribe(fresh[-1])
+        if i == 9:  # (each insert moves the lists it fills, up to 2 * 70 slots a copy, here)
+            assert (ix.ei.shape[0], ix.ef.shape[0], ix.ki.shape[0], ix.ht.shape[0]) == sizes
+    assert (ix.ki.shape[0], ix.ht.shape[0]) == sizes[2:]
+    ix.check_invariants()
+    assert_same_matches(ix, oracle, [random_message(rng, f"m{i}") for i in range(100)])
+    for s in fresh[::2]:
+        ix.unsubscribe(s.id)
+        oracle.unsubscribe(s.id)
+    ix.check_invariants()
+    assert_same_matches(ix, oracle, [random_message(rng, f"n{i}") for i in range(100)])
+
+
+def test_hash_room_rehashes_every_key():
+    meta = np.zeros(qt.N_META, np.int64)
+    ht = np.full((8, 2), -1, np.int64)
+    keys = [(c, t) for c in range(3) for t in (-1, 0, 5)]
+    for lid, (c, t) in enumerate(keys):
+        ht = qt._hash_put(ht, meta, c, t, lid)
+    assert ht.shape[0] == 32  # doubled twice to stay at most half full
+    ht = qt.hash_room(ht, meta, 0)
+    assert ht.shape[0] == 32  # room enough: the same table
+    ht = qt.hash_room(ht, meta, 40)
+    assert ht.shape[0] == 128 and meta[qt.M_HUSED] == len(keys)
+    assert [qt._hash_get(ht, c, t) for c, t in keys] == list(range(len(keys)))
+    assert qt._hash_get(ht, 7, 0) == -1
+
+
 def test_rqtree_keeps_one_quadtree_per_key_term():
     # Sect. 5.1.1: ranked-key lists first, then a Quadtree over each list
     subs = [_sub(f"a{i}", ["a"], i % 10, i // 10, i % 10 + 0.1, i // 10 + 0.1) for i in range(60)]

@@ -55,6 +55,11 @@ nearest reading of its sentences):
   costs") and measure ("the number of verifications") are taken literally: a copy costs one
   update, a copy at a cell costs the verifications of the messages that reach the cell with the
   key term, over ``messages_per_update`` messages.
+* The cost model looks one level down only (``_keeps``): it weighs keeping the clause at the
+  cell against copying it into the children its box meets, not against deeper cuts. A box
+  meeting all four children saves nothing at that level (their shares sum to the cell's), so it
+  stays at the cell, however small: a tiny box on a cell's centre lines (the root's included)
+  stays on that cell, and every message reaching the cell with its key verifies it.
 * Paper 002 builds IQ-Tree "according to subscription and message workloads" (5 % of the
   messages as the historical workload, Sect. 5.1.1). Given a ``message_sample``, its messages
   estimate both factors as the AP-Tree estimates its own (``APTree.rebuild``): ``p(key)`` =
@@ -76,8 +81,17 @@ nearest reading of its sentences):
   following the similar strategy as our AP-Tree" (Sect. 5.1.3): each clause is filed on its own
   and a subscription is reported once.
 * Deletes never merge cells (the paper's maintenance experiment only inserts); emptied cells
-  stay until ``rebuild``. Posting lists live in one pool; a full list moves to the pool's end
-  with twice the room, and the pool is compacted once it is mostly empty.
+  stay until ``rebuild``. In RQ-Tree this includes whole trees: a key term's root cell, its
+  list row and its hash slot stay after its last clause leaves (kept for the term's next
+  clause), so the forest holds a tree per key term used since the last ``rebuild``, not per
+  live key. Matching skips them (only terms with ``nkey`` > 0 are probed); they cost memory
+  only (about 160 bytes a term), and ``rebuild`` drops them.
+* Posting lists live in one pool; a full list moves to the pool's end with twice the room
+  (O(its length), amortised over the appends that filled it), and the pool is compacted once
+  it is mostly empty. The pool, the clause rows (``ki``) and the list hash grow by doubling; a
+  bulk load and a compaction leave room in them (``ROOM_SHARE``) so that a build is not
+  followed at once by an O(size) regrowth (at 1,000,000 place names, 0.15-0.25 s in the first
+  subscribe after the build, most of the 2,000-update mean of ``bench compare``).
 """
 
 from __future__ import annotations
@@ -109,6 +123,11 @@ are stored as 1.5 copies per clause in IQ-Tree (1.0 with 0, 3.2 with 1e8)."""
 COMPACT_MIN_UNUSED = 4096
 """The pool is compacted once its slots not holding an entry (abandoned by moved lists, room
 left in lists) exceed twice the entries plus this many (a compaction costs a pass)."""
+ROOM_SHARE = 4
+"""A bulk load and a compaction leave 1/``ROOM_SHARE`` of their entries (plus
+``COMPACT_MIN_UNUSED``) free at the pool's end; a bulk load leaves 1/``ROOM_SHARE`` of its clause
+rows free in ``ki`` and room for 1/(2 ``ROOM_SHARE``) more lists in the list hash. The updates that
+follow thus start without an O(size) regrowth (each still grows by doubling, amortised)."""
 
 # cells, int columns (``ci``)
 C_CHILD, C_PARENT, C_DEPTH, C_COUNT, C_FIRST_LIST, C_NLISTS, C_TERM = range(7)
@@ -178,21 +197,34 @@ def _hash_get(ht, cell, term):
 
 
 @njit(cache=True)
+def hash_room(ht, meta, more):
+    """The table with room for ``more`` keys beyond those it holds before it passes half full:
+    itself, or rehashed into the smallest power of two that has it. Returns the table."""
+    size = ht.shape[0]
+    while 2 * (meta[M_HUSED] + more) > size:
+        size *= 2
+    if size == ht.shape[0]:
+        return ht
+    old = ht
+    ht = np.full((size, 2), -1, np.int64)
+    mask = size - 1
+    for i in range(old.shape[0]):
+        k = old[i, 0]
+        if k != -1:
+            h = _hash_slot(k >> 32, (k & 0xFFFFFFFF) - 1, mask)
+            while ht[h, 0] != -1:
+                h = (h + 1) & mask
+            ht[h, 0] = k
+            ht[h, 1] = old[i, 1]
+    return ht
+
+
+@njit(cache=True)
 def _hash_put(ht, meta, cell, term, lid):
     """Map (``cell``, ``term``) to list ``lid`` (absent before); doubles the table past half
     full. Returns the table."""
     if 2 * (meta[M_HUSED] + 1) > ht.shape[0]:
-        old = ht
-        ht = np.full((2 * old.shape[0], 2), -1, np.int64)
-        mask = ht.shape[0] - 1
-        for i in range(old.shape[0]):
-            k = old[i, 0]
-            if k != -1:
-                h = _hash_slot(k >> 32, (k & 0xFFFFFFFF) - 1, mask)
-                while ht[h, 0] != -1:
-                    h = (h + 1) & mask
-                ht[h, 0] = k
-                ht[h, 1] = old[i, 1]
+        ht = hash_room(ht, meta, 1)
     mask = ht.shape[0] - 1
     h = _hash_slot(cell, term, mask)
     while ht[h, 0] != -1:
@@ -322,9 +354,10 @@ def _remove_entry(ci, li, ei, ef, ki, meta, p):
 
 
 @njit(cache=True)
-def compact_pool(li, ei, ef, ki, meta):
+def compact_pool(li, ei, ef, ki, meta, room):
     """Lay every list out anew, back to back with no room to spare, dropping the abandoned
-    slots. Returns (ei, ef). O(pool)."""
+    slots; the new pool has ``room`` free rows past its end (for the lists the next inserts
+    move there). Returns (ei, ef). O(pool)."""
     top = meta[M_ETOP]
     remap = np.full(top, -1, np.int64)
     pos = 0
@@ -336,8 +369,8 @@ def compact_pool(li, ei, ef, ki, meta):
         li[lid, L_OFF] = pos
         li[lid, L_CAP] = n
         pos += n
-    nei = np.empty((max(pos, 64), 4), ei.dtype)
-    nef = np.empty((max(pos, 64), 4), ef.dtype)
+    nei = np.empty((max(pos + room, 64), 4), ei.dtype)
+    nef = np.empty((max(pos + room, 64), 4), ef.dtype)
     for old in range(top):
         new = remap[old]
         if new < 0:
@@ -785,7 +818,8 @@ class QuadCellIndex(RivalIndex):
         self.li = np.zeros((64, N_LI), np.int64)
         self.ei = np.zeros((64, 4), np.int32)
         self.ef = np.zeros((64, 4), np.float64)
-        self.ki = np.full((max(self.store.cl_sub.shape[0], 64), 3), -1, np.int32)
+        rows = self.store.n_clause_rows
+        self.ki = np.full((rows + rows // ROOM_SHARE + 64, 3), -1, np.int32)
         self.ki[:, K_NCOPY] = 0
         self.freq = np.zeros(len(self.store.vocab_terms) + 1, np.int64)
         self.nkey = np.zeros(len(self.store.vocab_terms) + 1, np.int64)
@@ -815,11 +849,11 @@ class QuadCellIndex(RivalIndex):
         return p_term, np.ascontiguousarray(xy[:, 0]), np.ascontiguousarray(xy[:, 1])
 
     def _fit(self) -> None:
-        """Room for the store's clause rows and vocabulary (both only grow)."""
+        """Room for the store's clause rows and vocabulary (both only grow; doubling)."""
         st = self.store
-        if self.ki.shape[0] < st.cl_sub.shape[0]:
+        if self.ki.shape[0] < st.n_clause_rows:
             old = self.ki
-            self.ki = np.full((max(st.cl_sub.shape[0], 2 * old.shape[0]), 3), -1, np.int32)
+            self.ki = np.full((max(st.n_clause_rows, 2 * old.shape[0]), 3), -1, np.int32)
             self.ki[:, K_NCOPY] = 0
             self.ki[: old.shape[0]] = old
         v = len(st.vocab_terms) + 1
@@ -848,12 +882,20 @@ class QuadCellIndex(RivalIndex):
         """Compact the pool once it is mostly empty (``COMPACT_MIN_UNUSED``)."""
         m = self.meta
         if m[M_ETOP] - m[M_NENTRIES] > 2 * m[M_NENTRIES] + COMPACT_MIN_UNUSED:
-            self.ei, self.ef = compact_pool(self.li, self.ei, self.ef, self.ki, self.meta)
+            self._compact()
+
+    def _compact(self) -> None:
+        """Lay the pool out anew with room at its end (``ROOM_SHARE``)."""
+        room = int(self.meta[M_NENTRIES]) // ROOM_SHARE + COMPACT_MIN_UNUSED
+        self.ei, self.ef = compact_pool(self.li, self.ei, self.ef, self.ki, self.meta, room)
 
     # ---- RivalIndex ----------------------------------------------------------------------------
     def _build(self) -> None:
         """Bulk load: count term frequencies over every live clause, take the data space, then
-        file each clause (one compiled call). O(clauses * depth) plus the splits."""
+        file each clause (one compiled call). The pool, ``ki`` and the list hash are left with
+        room (``ROOM_SHARE``), and the delete kernel is made ready (compiled, or loaded from
+        numba's cache), so the first updates after a build pay neither an O(size) regrowth
+        nor a compilation. O(clauses * depth) plus the splits."""
         st = self.store
         live = st.live_clauses()
         space = _data_space(live, st.cl_sub, st.bbox) if live.size else (-180.0, -90.0, 180.0, 90.0)
@@ -862,7 +904,9 @@ class QuadCellIndex(RivalIndex):
         self.meta[M_NLIVE] = live.shape[0]
         self._fit()
         self._file(live, True)
-        self.ei, self.ef = compact_pool(self.li, self.ei, self.ef, self.ki, self.meta)
+        self._compact()
+        self.ht = hash_room(self.ht, self.meta, int(self.meta[M_HUSED]) // (2 * ROOM_SHARE) + 64)
+        self._delete(-1, np.empty(0, np.int32))  # compile now, not in the first unsubscribe
 
     def _insert(self, slot: int, clauses: np.ndarray) -> None:
         self._fit()
