@@ -75,6 +75,7 @@ def test_a_cluster_whose_shards_run_a_rival_delivers_as_the_oracle(ray_session, 
     """The shard setting ``index`` through the real cluster (Ray shard actors, redis-server,
     gRPC): every publish reaches the oracle's matches, a moving subscription walking into a
     live message gets its ADD, and the shards report the rival."""
+    warm_up_shard({"index": name})  # compiled here first: the actors then load the kernels
     rng = random.Random(5)
     subs = [random_subscription(rng, f"s{i}") for i in range(300)]
     walker = as_moving(Subscription("walker", (("zz",),), Circle(100.0, 40.0, 10_000.0)))

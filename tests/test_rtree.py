@@ -268,3 +268,34 @@ def test_rtplusplus_keeps_its_postings_through_a_pool_compaction_while_the_root_
         ix.unsubscribe(s.id)
     ix.check_invariants()
     assert ix.match(Message("m", ("a", "b", "t13"), Point(13.2, 0.5))) == ["k13"]
+
+
+@pytest.mark.parametrize("cls", CLASSES)
+def test_a_batch_past_the_chunk_takes_the_same_tokens_as_one_compiled_call(cls, monkeypatch):
+    """``subscribe_many`` of more than ``_CHUNK`` clauses goes the chunked way (tokens, counts,
+    then inserts chunk by chunk); a smaller one goes through ``subscribe_rows`` in one call: the
+    same summary tokens, an exact index either way, and ``unsubscribe_rows`` takes them out."""
+    import shard.rivals.rtree as rtree_module
+
+    subs, msgs = _workload(10, 160)
+    one = cls.build(subs[:40], **SMALL)
+    one.subscribe_many(subs[40:])
+    monkeypatch.setattr(rtree_module, "_CHUNK", 7)
+    chunked = cls.build(subs[:40], **SMALL)
+    chunked.subscribe_many(subs[40:])
+    for ix in (one, chunked):
+        ix.check_invariants()
+        assert_same_matches(ix, BruteMatcher(subs), msgs)
+    st_a, st_b = one.store, chunked.store
+    for s in subs[40:]:
+        ca = st_a.clauses_of(st_a.slot(s.id))
+        cb = st_b.clauses_of(st_b.slot(s.id))
+        ta = [one.mtok[one.moff[c] : one.moff[c] + one.mlen[c]].tolist() for c in ca]
+        tb = [
+            chunked.mtok[chunked.moff[c] : chunked.moff[c] + chunked.mlen[c]].tolist() for c in cb
+        ]
+        assert ta == tb, s.id
+    for s in subs[::3]:
+        one.unsubscribe(s.id)
+    one.check_invariants()
+    assert_same_matches(one, BruteMatcher([s for i, s in enumerate(subs) if i % 3]), msgs)

@@ -34,7 +34,21 @@ its ancestors' summaries (O(H |s|); R^t+ O(H); R^t++ O(H + |s|)); an overflowing
 decrements the counts (a token at 0 leaves the table) or unlinks the postings, then removes the
 leaf entry. New clauses take their representative token / order from the token frequencies
 maintained in a hash table (global df, and per grid cell for the locality-aware strategy); the
-representative tokens of earlier clauses are not changed (Sect. 4.2 Updates).
+representative tokens of earlier clauses are not changed (Sect. 4.2 Updates). A ``subscribe`` /
+``unsubscribe`` does its steps (tokens chosen, frequencies counted, the R-tree insert with the
+summaries; or the delete, the frequencies, the pool garbage) in one compiled call
+(``rtree_kernels.subscribe_rows`` / ``unsubscribe_rows``), not four, so that its cost is the
+paper's O(H |s|) and not a dozen Python-to-kernel round trips; a batch of more than ``_CHUNK``
+clauses goes the chunked way. The update kernels are compiled (or loaded from numba's cache) at
+the first build of the process (``_warm_update_kernels``, on a throwaway tree of a few clauses),
+not inside the first ``subscribe`` / ``unsubscribe`` after it (seconds with a cold cache: that
+was most of R^t's measured subscribe and unsubscribe costs). Arrays sized to the tree (the pool,
+the clause rows, the nodes, the hash) grow by doubling (the hash past 60 % use, tombstones
+included), so a growth is O(size) once per doubling, amortised O(1) per update; a bulk build
+leaves an eighth more room in the pool and the clause-row arrays (``_with_room``; these follow
+the rows in use, not the store's capacity), so that the first update after a build does not
+copy them whole (the R^t++ element array is 32 bytes a pool position: ~0.1 s at 300,000
+subscriptions, charged to the first ``subscribe``).
 
 Bulk build (``bulk="str"``, the default): the paper builds by insertion and gives no bulk load;
 here the tree is packed bottom-up with Sort-Tile-Recursive (Leutenegger et al. 1997): leaves
@@ -108,7 +122,7 @@ import numpy as np
 
 from shard.aptree.tree import EncodedMessages
 from shard.errors import ValidationError
-from shard.model import Subscription
+from shard.model import Rect, Subscription
 from shard.rivals import rtree_kernels as K
 from shard.rivals.base import RivalIndex
 
@@ -182,7 +196,7 @@ class RtTree(RivalIndex):
         self.nbox[0] = (np.inf, np.inf, -np.inf, -np.inf)
         self.ht = K.new_table(1024)
         self.hm = np.zeros(2, np.int64)
-        rows_cap = max(self.store.cl_sub.shape[0], 16)
+        rows_cap = _with_room(self.store.n_clause_rows)
         self.cleaf = np.full(rows_cap, -1, np.int32)
         self.moff = np.zeros(rows_cap, np.int64)
         self.mlen = np.zeros(rows_cap, np.int32)
@@ -201,9 +215,10 @@ class RtTree(RivalIndex):
         self._mstamp = 0
 
     def _fit_rows(self) -> None:
-        need = self.store.cl_sub.shape[0]
-        if need > self.cleaf.shape[0]:
-            n = max(need, 2 * self.cleaf.shape[0])
+        need = self.store.n_clause_rows  # the rows in use, not the store's capacity
+        have = [a.shape[0] for a in (self.cleaf, self.moff, self.mlen, self.Mst, self.Mct)]
+        if need > min(have):
+            n = max(need, 2 * min(have), max(have))
             self.cleaf = _grown(self.cleaf, n, -1)
             self.moff = _grown(self.moff, n, 0)
             self.mlen = _grown(self.mlen, n, 0)
@@ -247,7 +262,8 @@ class RtTree(RivalIndex):
         """Each row's summary tokens into the pool: all its terms (R^t), its representative token
         (R^t+, Sect. 4.2), or its terms in level order (R^t++, Sect. 5.1)."""
         st = self.store
-        self._fit_pool(int(st.cl_len[rows].sum()))
+        total = int(st.cl_len[rows].sum())
+        self._fit_pool(_with_room(total) if bulk else total)
         if bulk and self._n_keep == 1 and self._strategy == K.DF:
             self._pool_n = K.greedy_df(
                 rows, st.cl_off, st.cl_len, st.terms, self.df.shape[0], self.moff, self.mlen,
@@ -275,6 +291,7 @@ class RtTree(RivalIndex):
 
     # ---- RivalIndex -------------------------------------------------------------------------------
     def _build(self) -> None:
+        _warm_update_kernels()
         st = self.store
         live = st.live_clauses()
         self._reset(live.shape[0])
@@ -364,9 +381,7 @@ class RtTree(RivalIndex):
         self._fit_rows()
         for name in ("cleaf", "moff", "mlen"):
             col = getattr(self, name)
-            fresh = np.full(
-                max(st.cl_sub.shape[0], col.shape[0]), -1 if name == "cleaf" else 0, col.dtype
-            )
+            fresh = np.full(col.shape[0], -1 if name == "cleaf" else 0, col.dtype)
             fresh[new_rows] = col[old_rows]
             setattr(self, name, fresh)
         block = self.nch[leaves]
@@ -396,9 +411,20 @@ class RtTree(RivalIndex):
         rows = clauses[has]
         if rows.shape[0] == 0:
             return
-        self._assign_tokens(rows, bulk=False)  # Sect. 4.2 Updates: choose, then count
-        self._count(rows, 1)
-        self._insert_rows(rows)
+        if rows.shape[0] > _CHUNK:  # a large batch: node capacity reserved chunk by chunk
+            self._assign_tokens(rows, bulk=False)  # Sect. 4.2 Updates: choose, then count
+            self._count(rows, 1)
+            self._insert_rows(rows)
+            return
+        st = self.store  # the same three steps in one compiled call
+        self._fit_pool(int(st.cl_len[rows].sum()))
+        self._fit_nodes((self.height + 3) * rows.shape[0] + 8)
+        self.ht, self.cell_ht, self._pool_n = K.subscribe_rows(
+            rows, self._strategy, self._n_keep, self._seed, st.cl_sub, st.cl_off, st.cl_len,
+            st.terms, st.bbox, self.df, self._strategy == K.LOCALITY, self.cell_ht, self.cell_hm,
+            self.grid, self._grid_cells, self._pool_n, self.ht, self.hm, self.tr, self.ni,
+            self.nch, self.nbox, self.nfree, self.cleaf, self.moff, self.mlen, self.mtok, self.lk,
+        )  # fmt: skip
 
     def subscribe_many(self, subs: Sequence[Subscription]) -> None:
         """``subscribe`` each, in order; new distinct ids go in as one batch (the store's
@@ -419,14 +445,14 @@ class RtTree(RivalIndex):
         if rows.shape[0] == 0:
             return
         self._fit_nodes((self.height + 3) * self.min_entries * rows.shape[0] + 8)
-        self.ht = K.delete_clauses(
+        st = self.store
+        self.ht, self.cell_ht, freed = K.unsubscribe_rows(
             rows, self.ht, self.hm, self.tr, self.ni, self.nch, self.nbox, self.nfree,
-            self.cleaf, self.store.bbox, self.store.cl_sub, self.moff, self.mlen, self.mtok,
-            self.lk,
+            self.cleaf, st.bbox, st.cl_sub, self.moff, self.mlen, self.mtok, self.lk, st.cl_off,
+            st.cl_len, st.terms, self.df, self._strategy == K.LOCALITY, self.cell_ht,
+            self.cell_hm, self.grid, self._grid_cells,
         )  # fmt: skip
-        self._count(rows, -1)
-        self._pool_garbage += int(self.mlen[rows].sum())
-        self.mlen[rows] = 0
+        self._pool_garbage += int(freed)
         if self._pool_garbage > max(4096, self._pool_n // 2):
             self._compact_pool()
 
@@ -639,6 +665,31 @@ class RtPlusPlusTree(RtPlusTree):
         return out_m, out_s
 
 
+_WARM: list[bool] = [False]
+"""Whether this process has compiled (or loaded) the update kernels (``_warm_update_kernels``)."""
+
+
+def _warm_update_kernels() -> None:
+    """Compile (or load from numba's cache) the insert / split / delete kernels once per process,
+    at the first build, on a throwaway tree of a few clauses (all three trees share the kernels:
+    the same array types). Otherwise the first ``subscribe`` and ``unsubscribe`` after a build
+    pay the compilation (seconds, far more with a cold cache) inside what they cost."""
+    if _WARM[0]:
+        return
+    _WARM[0] = True
+    subs = [
+        Subscription(f"w{i}", ((f"a{i % 3}", f"b{i % 5}"),), Rect(i, 0, i + 1, 1))
+        for i in range(12)
+    ]
+    ix = RtPlusPlusTree.build(subs, max_entries=4, min_entries=2)
+    ix.subscribe(Subscription("x", (("a0",), ("b1", "c")), Rect(0, 0, 2, 1)))
+    ix.subscribe_many(
+        [Subscription(f"y{i}", (("a1", "d"),), Rect(i, 0, i + 1, 1)) for i in range(6)]
+    )
+    for sid in ["x", *(f"y{i}" for i in range(6)), *(f"w{i}" for i in range(12))]:
+        ix.unsubscribe(sid)
+
+
 def _str_order(boxes: np.ndarray, cap: int) -> np.ndarray:
     """STR: sort by x centre into ceil(sqrt(P)) vertical slabs of S * cap items, each slab by y
     centre; consecutive runs of ``cap`` are the nodes."""
@@ -653,9 +704,16 @@ def _str_order(boxes: np.ndarray, cap: int) -> np.ndarray:
     return np.lexsort((cy, slab))
 
 
+def _with_room(n: int) -> int:
+    """Capacity for ``n`` items built in bulk: an eighth more, so that the first updates after a
+    build do not copy the pool and the clause-row arrays whole (growth then doubles as usual)."""
+    return n + n // 8 + 16
+
+
 def _grown(a: np.ndarray, n: int, fill) -> np.ndarray:
-    out = np.full((n,) + a.shape[1:], fill, a.dtype)
+    out = np.empty((n,) + a.shape[1:], a.dtype)  # each byte written once: the copy, the fill
     out[: a.shape[0]] = a
+    out[a.shape[0] :] = fill
     return out
 
 

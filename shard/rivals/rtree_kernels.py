@@ -593,6 +593,58 @@ def delete_clauses(
 
 
 @njit(cache=True)
+def subscribe_rows(
+    rows, strategy, n_keep, seed, cl_sub, cl_off, cl_len, terms, bbox, df, cells, cell_ht, cell_hm,
+    grid, g, start, ht, hm, tr, ni, nch, nbox, nfree, cleaf, moff, mlen, mtok, lk,
+):  # fmt: skip
+    """New clause rows in one call (the update path of ``subscribe``): their summary tokens
+    chosen from the current frequencies and put in the pool from ``start`` (``order_tokens``;
+    R^t++: each position's element is the one of the same number), then counted in the
+    frequencies (``count_stats``; 004 Sect. 4.2 Updates: choose, then count), then inserted
+    (``insert_clauses``; node capacity for ``H + 2`` new nodes per row must be free). Returns
+    (table, cell table, new pool end). O(H |s|) per row plus splits."""
+    pos = order_tokens(
+        rows, strategy, n_keep, cl_sub, cl_off, cl_len, terms, bbox, df, cell_ht, grid, g, seed,
+        moff, mlen, mtok, start,
+    )  # fmt: skip
+    if tr[VARIANT] == POSTINGS:
+        for i in range(rows.shape[0]):
+            c = rows[i]
+            for p in range(moff[c], moff[c] + mlen[c]):
+                lk[p, ELEM] = p
+                lk[p, ECL] = c
+    cell_ht = count_stats(
+        rows, 1, cl_sub, cl_off, cl_len, terms, bbox, df, cells, cell_ht, cell_hm, grid, g
+    )
+    ht = insert_clauses(
+        rows, ht, hm, tr, ni, nch, nbox, nfree, cleaf, bbox, cl_sub, moff, mlen, mtok, lk
+    )
+    return ht, cell_ht, pos
+
+
+@njit(cache=True)
+def unsubscribe_rows(
+    rows, ht, hm, tr, ni, nch, nbox, nfree, cleaf, bbox, cl_sub, moff, mlen, mtok, lk,
+    cl_off, cl_len, terms, df, cells, cell_ht, cell_hm, grid, g,
+):  # fmt: skip
+    """Clause rows out in one call (the update path of ``unsubscribe``): ``delete_clauses``, their
+    terms taken out of the frequencies (``count_stats``), their summary tokens left in the pool
+    as garbage (``mlen`` 0). Node capacity as ``delete_clauses``. Returns (table, cell table,
+    pool positions freed)."""
+    ht = delete_clauses(
+        rows, ht, hm, tr, ni, nch, nbox, nfree, cleaf, bbox, cl_sub, moff, mlen, mtok, lk
+    )
+    cell_ht = count_stats(
+        rows, -1, cl_sub, cl_off, cl_len, terms, bbox, df, cells, cell_ht, cell_hm, grid, g
+    )
+    freed = 0
+    for i in range(rows.shape[0]):
+        freed += mlen[rows[i]]
+        mlen[rows[i]] = 0
+    return ht, cell_ht, freed
+
+
+@njit(cache=True)
 def _drop_entry(ni, nch, n, x):
     k = ni[n, CNT]
     for e in range(k):
