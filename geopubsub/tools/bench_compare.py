@@ -510,7 +510,7 @@ def _fmt(v, digits=2) -> str:
 
 def render(args, rows: list[Row], choice: list[dict]) -> str:
     lines = [
-        f"# bench compare: {args.subs.name} × {args.msgs.name}",
+        f"# bench compare: {_workload_name(args)} × {args.msgs.parent.name}/{args.msgs.name}",
         "",
         f"Sweep: {args.sweep}. Medians of {args.repeat} builds and matching passes; "
         f"subscribe / unsubscribe over {args.updates} subscriptions; exact = pairs equal to brute "
@@ -548,6 +548,11 @@ def render(args, rows: list[Row], choice: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _workload_name(args) -> str:
+    """The subscription file with its folder (``pl1m/subs.jsonl``): the folder names a workload."""
+    return f"{args.subs.parent.name}/{args.subs.name}"
+
+
 def plot(args, rows: list[Row], out_dir: Path) -> None:
     import matplotlib
 
@@ -557,16 +562,23 @@ def plot(args, rows: list[Row], out_dir: Path) -> None:
     names = list(dict.fromkeys(r.index for r in rows))
     settings = list(dict.fromkeys(r.setting for r in rows))
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for name in names:
+    colours = plt.get_cmap("tab20").colors
+    for i, name in enumerate(names):
         pts = [
             (s, r.us_per_msg) for s in settings for r in rows if r.index == name and r.setting == s
         ]
         if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+            ax.plot(
+                [p[0] for p in pts],
+                [p[1] for p in pts],
+                marker="osD^v<>ph*"[i % 10],
+                color=colours[(2 * i) % 20 + (i // 10) % 2],
+                label=name,
+            )
     ax.set_yscale("log")
     ax.set_xlabel(args.sweep if args.sweep != "none" else "workload")
     ax.set_ylabel("µs per message (log)")
-    ax.set_title(f"{args.subs.name}: matching")
+    ax.set_title(f"{_workload_name(args)}: matching")
     ax.legend(fontsize=7, ncol=2)
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
@@ -583,7 +595,7 @@ def plot(args, rows: list[Row], out_dir: Path) -> None:
         ax.bar([r.index for r in last], vals)
         ax.set_title(label)
         ax.tick_params(axis="x", rotation=60, labelsize=7)
-    fig.suptitle(f"{args.subs.name}, {last[0].n_subs:,} subscriptions" if last else "")
+    fig.suptitle(f"{_workload_name(args)}, {last[0].n_subs:,} subscriptions" if last else "")
     fig.tight_layout()
     fig.savefig(out_dir / "costs.png", dpi=110)
     plt.close(fig)
