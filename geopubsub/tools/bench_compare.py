@@ -563,6 +563,19 @@ def plot(args, rows: list[Row], out_dir: Path) -> None:
     settings = list(dict.fromkeys(r.setting for r in rows))
     fig, ax = plt.subplots(figsize=(7, 4.2))
     colours = plt.get_cmap("tab20").colors
+    if len(settings) == 1:  # one workload: the indexes as bars, fastest on top
+        ranked = sorted(rows, key=lambda r: -r.us_per_msg)
+        ax.barh([r.index for r in ranked], [r.us_per_msg for r in ranked], color=colours[0])
+        for y, r in enumerate(ranked):
+            ax.text(r.us_per_msg, y, f" {r.us_per_msg:,.1f}", va="center", fontsize=7)
+        ax.set_xscale("log")
+        ax.set_xlabel("µs per message (log)")
+        ax.set_title(f"{_workload_name(args)}: matching")
+        ax.tick_params(axis="y", labelsize=7)
+        fig.tight_layout()
+        fig.savefig(out_dir / "us_per_msg.png", dpi=110)
+        plt.close(fig)
+        return _plot_costs(args, rows, settings, out_dir)
     for i, name in enumerate(names):
         pts = [
             (s, r.us_per_msg) for s in settings for r in rows if r.index == name and r.setting == s
@@ -584,6 +597,12 @@ def plot(args, rows: list[Row], out_dir: Path) -> None:
     fig.tight_layout()
     fig.savefig(out_dir / "us_per_msg.png", dpi=110)
     plt.close(fig)
+    _plot_costs(args, rows, settings, out_dir)
+
+
+def _plot_costs(args, rows: list[Row], settings: list[str], out_dir: Path) -> None:
+    import matplotlib.pyplot as plt
+
     last = [r for r in rows if r.setting == settings[-1] and r.index != "brute"]
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.6))
     for ax, (key, label) in zip(
