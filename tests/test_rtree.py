@@ -13,6 +13,7 @@ import pytest
 from shard.brute import BruteMatcher
 from shard.errors import ValidationError
 from shard.model import Message, Point, Rect, Subscription
+from shard.rivals import rtree as rtree_module
 from shard.rivals import rtree_kernels as K
 from shard.rivals.rtree import STRATEGIES, RtPlusPlusTree, RtPlusTree, RtTree
 from tests.workloads import assert_same_matches, random_message, random_subscription
@@ -275,8 +276,6 @@ def test_a_batch_past_the_chunk_takes_the_same_tokens_as_one_compiled_call(cls, 
     """``subscribe_many`` of more than ``_CHUNK`` clauses goes the chunked way (tokens, counts,
     then inserts chunk by chunk); a smaller one goes through ``subscribe_rows`` in one call: the
     same summary tokens, an exact index either way, and ``unsubscribe_rows`` takes them out."""
-    import shard.rivals.rtree as rtree_module
-
     subs, msgs = _workload(10, 160)
     one = cls.build(subs[:40], **SMALL)
     one.subscribe_many(subs[40:])

@@ -46,6 +46,30 @@ Where the paper is ambiguous:
 * A clause on several candidate lists is examined once per message (a per-position stamp).
 * At a trie node with no children, or when ``T_n`` is empty, nothing below can match and the
   choice of Eq. 5/6 is not made.
+* On real place names the model picks Case 1 (the trie) for every point message, short or long,
+  though the quadtree case is faster on long ones. We checked the code against Sect. 5.1/5.3 term
+  by term (the logs, the levels, ``(N/D)^{i-1}``, ``H_q``, ``cand_Q``), and it is the paper's model
+  as written. The mismatch is in the formulas themselves. Measured on pl200k (first 100,000
+  subscriptions, 5,000 point messages; H_q 8, Avg_RT 311, D 101,783, L_1 76,803), forcing each
+  case: Cost_T^F / Cost_Q^F medians were 89 / 331 on short messages (6-20 terms) and
+  11,911 / 22,612 on long ones (100-1,000). Both orders were the trie first. The trie took 4.4
+  µs a message and the quadtree + HYBRIDPRUNE 5.8 on short ones, so the model was right there.
+  On long ones the trie took 165 µs and the quadtree 78, and the model was wrong on all 400 of a
+  sample; LFilter ran at 155. The reasons:
+  * Eq. 1's level-1 term, ``N log F_0`` (each token binary-searching the root's children), is
+    what the trie really does.
+  * Eq. 3 prices each node's test as a whole intersection (Sect. 4.2's
+    ``min(log N |set|, log|set| N)``). The test stops at the first shared token, though, and a
+    CSet hit ends the token tests below it. On long messages the root's CSet hits at once: about
+    2 probe steps a message against Eq. 3's 20,700. Eq. 3 also grows with N, while this real
+    cost falls as N grows.
+  * The choice leaves out verification, since Sect. 5.1 takes the trie's as the cheaper one.
+    Here the trie region-tests about 700 text-matching clauses (scattered reads) per long
+    message.
+  Taking Avg_RT over the leaves' sets only (mean 150) would move the switch to about N = 480
+  (10,900 vs 12,000 at N = 547), but that is a reading of the text chosen to fit this data, and
+  the nodes a point message tests have larger sets (the root's holds 38,772). The model is kept
+  as the paper has it.
 """
 
 from __future__ import annotations
