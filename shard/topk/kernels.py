@@ -157,6 +157,24 @@ def threshold(top, n, k):
 
 
 @njit(cache=True)
+def batch_scratch(n_keys, k, ne):
+    """What every top-k kernel allocates for a batch of ``ne`` events: the event's attribute
+    stamps and values per key, the top-k heap, the output offsets, the output and the tie
+    buffer (growable). Returns (ev_stamp, ev_val, top, out_off, out_slot, out_score, buf_slot,
+    buf_score)."""
+    return (
+        np.zeros(max(n_keys, 1), np.int64),
+        np.zeros(max(n_keys, 1)),
+        np.empty(k),
+        np.zeros(ne + 1, np.int64),
+        np.empty(16, np.int64),
+        np.empty(16),
+        np.empty(16, np.int64),
+        np.empty(16),
+    )
+
+
+@njit(cache=True)
 def grown_i(a, n):
     b = np.empty(max(2 * n, 16), a.dtype)
     b[:n] = a[:n]

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import numpy as np
 from numba import njit
 
 from shard.topk.base import TopKIndex
-from shard.topk.kernels import emit, offer, reserve, score_slot, threshold
+from shard.topk.kernels import batch_scratch, emit, offer, reserve, score_slot, threshold
 from shard.topk.model import DEFAULT_MAX_DIST, TopKEvent, TopKSubscription, ranked, score
 
 
@@ -50,16 +49,11 @@ def brute_kernel(live, n_keys, e_off, e_key, e_val, e_x, e_y, k, max_dist, cols)
     """SCAN: score every live slot for every event of the batch; per event keep the top k and
     the k-th's ties. Returns (offsets, slots, scores, subscriptions scored). O(events x predicates)."""
     ne = e_x.shape[0]
-    ev_stamp = np.zeros(max(n_keys, 1), np.int64)
-    ev_val = np.zeros(max(n_keys, 1))
-    top = np.empty(k)
-    out_off = np.zeros(ne + 1, np.int64)
+    ev_stamp, ev_val, top, out_off, out_slot, out_score, buf_slot, buf_score = batch_scratch(
+        n_keys, k, ne
+    )
     n_scored = 0
-    out_slot = np.empty(16, np.int64)
-    out_score = np.empty(16)
     nout = 0
-    buf_slot = np.empty(16, np.int64)
-    buf_score = np.empty(16)
     for q in range(ne):
         stamp = q + 1
         for i in range(e_off[q], e_off[q + 1]):

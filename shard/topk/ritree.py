@@ -77,6 +77,7 @@ from numba import njit
 from shard.topk.base import TopKIndex
 from shard.topk.kernels import (
     BOUND_SLACK,
+    batch_scratch,
     combined_bound,
     emit,
     offer,
@@ -143,16 +144,11 @@ def ritree_kernel(tree, n_keys, e_off, e_key, e_val, e_x, e_y, k, max_dist, slac
     O(visited nodes x fanout x (event attributes x log |F|) + scored subscriptions)."""
     root, level, count, child, box, amin, amax, f_start, f_len, f_key, f_lo, f_hi, f_w = tree
     ne = e_x.shape[0]
-    ev_stamp = np.zeros(max(n_keys, 1), np.int64)
-    ev_val = np.zeros(max(n_keys, 1))
-    top = np.empty(k)
-    out_off = np.zeros(ne + 1, np.int64)
+    ev_stamp, ev_val, top, out_off, out_slot, out_score, buf_slot, buf_score = batch_scratch(
+        n_keys, k, ne
+    )
     n_scored = 0
-    out_slot = np.empty(16, np.int64)
-    out_score = np.empty(16)
     nout = 0
-    buf_slot = np.empty(16, np.int64)
-    buf_score = np.empty(16)
     pq_key = np.empty(64)
     pq_val = np.empty(64, np.int64)
     for q in range(ne):

@@ -48,6 +48,7 @@ from numba import njit
 from shard.topk.base import TopKIndex
 from shard.topk.kernels import (
     BOUND_SLACK,
+    batch_scratch,
     emit,
     grown_i,
     offer,
@@ -173,17 +174,12 @@ def tas_kernel(
     sx = cols[0]
     sy = cols[1]
     ne = e_x.shape[0]
-    ev_stamp = np.zeros(max(n_keys, 1), np.int64)
-    ev_val = np.zeros(max(n_keys, 1))
-    seen = np.zeros(max(n_slots, 1), np.int64)
-    top = np.empty(k)
-    out_off = np.zeros(ne + 1, np.int64)
+    ev_stamp, ev_val, top, out_off, out_slot, out_score, buf_slot, buf_score = batch_scratch(
+        n_keys, k, ne
+    )
     n_scored = 0
-    out_slot = np.empty(16, np.int64)
-    out_score = np.empty(16)
     nout = 0
-    buf_slot = np.empty(16, np.int64)
-    buf_score = np.empty(16)
+    seen = np.zeros(max(n_slots, 1), np.int64)
     pq_key = np.empty(64)
     pq_val = np.empty(64, np.int64)
     n_attr_max = 1
