@@ -41,7 +41,7 @@ subscribers were told and applies the difference to the state in Redis with deli
 >>> missed = [(("move", "a", Point(5.5, 5.5)), a, 1), (("sub", b, 7), None, 2)]
 >>> share, redo = told({"a": a2, "b": b}, missed, {"a": a2, "b": b}.__contains__)
 >>> share
-[Subscription(id='a', clauses=(('x',),), region=Rect(min_lon=0, min_lat=0, max_lon=1, max_lat=1), moving=True, keywords=None, expr=None)]
+[Subscription(id='a', clauses=(('x',),), region=Rect(min_lon=0, min_lat=0, max_lon=1, max_lat=1), moving=True, keywords=None, expr=None, negated=None, predicates=())]
 >>> [item[0] for item, *_ in redo]
 ['move', 'sub']
 """
@@ -224,7 +224,13 @@ def from_record(
 def _same(a: Subscription, b: Subscription) -> bool:
     """Whether two versions of a subscription match the same (a decoded one may spell its
     keywords otherwise)."""
-    return a.clauses == b.clauses and a.region == b.region and a.moving == b.moving
+    return (
+        a.clauses == b.clauses
+        and a.region == b.region
+        and a.moving == b.moving
+        and a.negated == b.negated
+        and a.predicates == b.predicates
+    )
 
 
 def untold_records(

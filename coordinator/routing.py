@@ -137,9 +137,7 @@ class Router:
             raise NotFoundError("subscription", sub_id)
         if not s.moving:
             raise ValidationError("id", sub_id, "the subscription is no longer moving")
-        moved = Subscription(
-            s.id, s.clauses, recentre(s.region, op.point), True, s.keywords, s.expr
-        )
+        moved = dataclasses.replace(s, region=recentre(s.region, op.point))
         old = self.placement[sub_id]
         op.prev, op.prev_at = s, old
         new = self.shards_of_region(moved)

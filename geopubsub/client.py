@@ -361,13 +361,18 @@ class GeoPubSubClient:
         *,
         rect: Coordinates | None = None,
         circle: Coordinates | None = None,
+        polygon: Sequence[Sequence[Coordinates]] | None = None,
+        predicates: Sequence[Mapping[str, Any]] | None = None,
         moving: bool = False,
         ephemeral: bool = False,
     ) -> str:
         """Create the subscription, or replace the one with this id; returns the id. Give one of
-        ``keywords`` (all must occur) and ``expr`` (``ipad AND (sale OR discount)``), and one of
-        ``rect`` ``(min_lon, min_lat, max_lon, max_lat)`` and ``circle`` ``(lon, lat, radius_m)``.
-        ``ephemeral``: its deliveries skip the retention log (a live result stream only).
+        ``keywords`` (all must occur) and ``expr`` (``ipad AND (sale OR discount) AND NOT
+        refurbished``), and one of ``rect`` ``(min_lon, min_lat, max_lon, max_lat)``, ``circle``
+        ``(lon, lat, radius_m)`` and ``polygon`` (rings of ``(lon, lat)``, the exterior first,
+        each closed); ``predicates`` on the messages' attributes (``[{"attr": "price", "op":
+        "<=", "value": 5}]``, docs/LIMITS.md) must all hold. ``ephemeral``: its deliveries skip
+        the retention log (a live result stream only).
         """
         d: dict[str, Any] = {"id": id, "moving": moving}
         for name, value in (("keywords", keywords), ("expr", expr)):
@@ -376,6 +381,10 @@ class GeoPubSubClient:
         for name, value in (("rect", rect), ("circle", circle)):
             if value is not None:
                 d[name] = list(value)
+        if polygon is not None:
+            d["polygon"] = [[list(p) for p in ring] for ring in polygon]
+        if predicates is not None:
+            d["predicates"] = [dict(p) for p in predicates]
         sub = to_proto_subscription(subscription_from_dict(d))
         sub.ephemeral = ephemeral
         return self._stub.Subscribe(
@@ -452,13 +461,17 @@ class GeoPubSubClient:
         text: str = "",
         ttl_s: float = 0.0,
         id: str = "",
+        attributes: Mapping[str, float | str] | None = None,
     ) -> PublishResult:
         """Publish one message at ``point`` ``(lon, lat)`` or over ``rect``. ``ttl_s`` 0: delivered
         to the subscriptions matching now and not stored; else live for ``ttl_s`` seconds. An empty
-        ``id`` lets the server assign one."""
+        ``id`` lets the server assign one. ``attributes``: ``{"price": 4.5, "category":
+        "food"}``, what subscriptions' predicates test."""
         d: dict[str, Any] = {"id": id, "keywords": list(keywords)}
         if text:
             d["text"] = text
+        if attributes:
+            d["attributes"] = dict(attributes)
         for name, value in (("point", point), ("rect", rect)):
             if value is not None:
                 d[name] = list(value)

@@ -38,6 +38,8 @@ _COORDINATES = {
 """The proto field of each position of a region list in the dict form."""
 _RENAMED = {"ttl": "ttl_s"}
 _INDEXED = re.compile(r"(\w+)\[(\d+)\]")
+_POLYGON = re.compile(r"polygon(?:\[(\d+)\])?(?:\[(\d+)\])?(?:\[(\d+)\])?")
+_LIST_VALUE = re.compile(r"(predicates\[\d+\])\.value\[(\d+)\]")
 
 
 def proto_field(field: str) -> str:
@@ -45,11 +47,57 @@ def proto_field(field: str) -> str:
 
     >>> proto_field("rect[2]"), proto_field("keywords[0]"), proto_field("ttl")
     ('rect.max_lon', 'keywords[0]', 'ttl_s')
+    >>> proto_field("polygon[1][3][0]"), proto_field("predicates[2].value[1]")
+    ('polygon.rings[1].points[3].lon', 'predicates[2].values[1]')
     """
     m = _INDEXED.fullmatch(field)
     if m and m[1] in _COORDINATES:
         return f"{m[1]}.{_COORDINATES[m[1]][int(m[2])]}"
+    m = _POLYGON.fullmatch(field)
+    if m:
+        ring, point, axis = m.groups()
+        out = "polygon" if ring is None else f"polygon.rings[{ring}]"
+        if point is not None:
+            out += f".points[{point}]"
+        if axis is not None:
+            out += "." + ("lon", "lat")[int(axis)] if axis in "01" else f"[{axis}]"
+        return out
+    m = _LIST_VALUE.fullmatch(field)
+    if m:
+        return f"{m[1]}.values[{m[2]}]"
     return _RENAMED.get(field, field)
+
+
+def _value(v: pb.AttributeValue) -> Any:
+    """An AttributeValue as the dict form has it: a number, a string, or None when unset."""
+    kind = v.WhichOneof("kind")
+    return v.number if kind == "number" else v.text if kind == "text" else None
+
+
+def _to_value(x: Any) -> pb.AttributeValue:
+    return pb.AttributeValue(text=x) if isinstance(x, str) else pb.AttributeValue(number=x)
+
+
+def _predicates_list(preds: Sequence[pb.Predicate]) -> list[dict[str, Any]]:
+    out = []
+    for p in preds:
+        d: dict[str, Any] = {"attr": p.attr, "op": p.op}
+        if p.values:
+            d["value"] = [_value(v) for v in p.values]
+        elif p.HasField("value"):
+            d["value"] = _value(p.value)
+        out.append(d)
+    return out
+
+
+def _to_proto_predicate(d: dict[str, Any]) -> pb.Predicate:
+    out = pb.Predicate(attr=d["attr"], op=d["op"])
+    v = d["value"]
+    if isinstance(v, list):
+        out.values.extend(_to_value(x) for x in v)
+    else:
+        out.value.CopyFrom(_to_value(v))
+    return out
 
 
 def _under(prefix: str, e: ValidationError) -> ValidationError:
@@ -105,6 +153,10 @@ def from_proto_subscription(sub: pb.Subscription, *, field: str = "subscription"
         d["rect"] = _rect_list(sub.rect)
     elif region == "circle":
         d["circle"] = [sub.circle.lon, sub.circle.lat, sub.circle.radius_m]
+    elif region == "polygon":
+        d["polygon"] = [[[p.lon, p.lat] for p in r.points] for r in sub.polygon.rings]
+    if sub.predicates:
+        d["predicates"] = _predicates_list(sub.predicates)
     try:
         return subscription_from_dict(d)
     except ValidationError as e:
@@ -175,9 +227,14 @@ def to_proto_subscription(sub: Subscription) -> pb.Subscription:
     )
     if isinstance(sub.region, Rect):
         out.rect.CopyFrom(_to_proto_rect(sub.region))
-    else:
+    elif isinstance(sub.region, Circle):
         c: Circle = sub.region
         out.circle.CopyFrom(pb.Circle(lon=c.lon, lat=c.lat, radius_m=c.radius_m))
+    else:  # a polygon, where it is now
+        for ring in d["polygon"]:
+            out.polygon.rings.add().points.extend(pb.Point(lon=x, lat=y) for x, y in ring)
+    for p in d.get("predicates", ()):
+        out.predicates.append(_to_proto_predicate(p))
     return out
 
 
@@ -197,7 +254,12 @@ def from_proto_message(
     ('m7', ('ipad', 'sale'), Point(lon=1.0, lat=2.0), None)
     """
     mid = msg.id or default_id
-    if msg.WhichOneof("location") == "point" and 0 < len(mid) <= MAX_ID_LEN and mid.isprintable():
+    if (
+        msg.WhichOneof("location") == "point"
+        and 0 < len(mid) <= MAX_ID_LEN
+        and mid.isprintable()
+        and not msg.attributes
+    ):
         # the common case, checked here without the workload form; anything it does not
         # accept goes the long way, which names what is wrong
         lon, lat, ttl = msg.point.lon, msg.point.lat, msg.ttl_s
@@ -228,6 +290,8 @@ def _message_via_dict(
         d["rect"] = _rect_list(msg.rect)
     if msg.ttl_s != 0.0:  # NaN included, so that validation rejects it
         d["ttl"] = msg.ttl_s
+    if msg.attributes:
+        d["attributes"] = {k: _value(v) for k, v in msg.attributes.items()}
     try:
         out = message_from_dict(d)
     except ValidationError as e:
@@ -254,6 +318,8 @@ def to_proto_message(msg: Message, *, time: float = 0.0) -> pb.Message:
         out.point.CopyFrom(to_proto_point(msg.location))
     else:
         out.rect.CopyFrom(_to_proto_rect(msg.location))
+    for k, v in msg.attributes:
+        out.attributes[k].CopyFrom(_to_value(v))
     return out
 
 

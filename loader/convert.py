@@ -15,8 +15,10 @@ from loader.transform import CSV_COLUMNS
 
 JSON_SCHEMA = (
     "id string, keywords array<string>, expr string, rect array<double>, "
-    "circle array<double>, moving boolean"
+    "circle array<double>, moving boolean, polygon array<array<array<double>>>, "
+    "predicates string"
 )
+"""``predicates`` is read as text: Spark keeps the JSON of a list in a string column."""
 
 
 def convert(spark, src: str, dst: str, fmt: str = "parquet", partitions: int | None = None) -> int:
@@ -39,8 +41,11 @@ def convert(spark, src: str, dst: str, fmt: str = "parquet", partitions: int | N
             *rect,
             *circle,
             F.col("moving").cast("string").alias("moving"),
+            F.when(F.col("polygon").isNotNull(), F.to_json("polygon")).alias("polygon"),
+            "predicates",
         )
-        flat.write.mode("overwrite").option("header", True).csv(dst)
+        # RFC 4180 quoting (a quote doubled), as the loader reads CSV (Spark escapes with a backslash)
+        flat.write.mode("overwrite").option("header", True).option("escape", '"').csv(dst)
     else:
         raise ValueError(f"format must be parquet or csv, not {fmt!r}")
     return spark.read.parquet(dst).count() if fmt == "parquet" else df.count()

@@ -43,6 +43,8 @@ _PARQUET_TYPES = {
     "rect": "array<double>",
     "circle": "array<double>",
     "moving": "boolean",
+    "polygon": "array<array<array<double>>>",
+    "predicates": "string",
 }
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import Any
@@ -57,17 +58,24 @@ CSV_COLUMNS = (
     "lat",
     "radius_m",
     "moving",
+    "polygon",
+    "predicates",
 )
 """The CSV layout, in this order (a first line equal to ``CSV_HEADER`` is skipped):
-``keywords`` separated by spaces (or ``expr`` instead); a rectangle in ``min_lon..max_lat`` or a
-circle in ``lon, lat, radius_m`` (leave the other four / three empty); ``moving`` true/false or
-empty. One subscription a line: no line breaks inside a field."""
+``keywords`` separated by spaces (or ``expr`` instead); a rectangle in ``min_lon..max_lat``, a
+circle in ``lon, lat, radius_m`` or a ``polygon`` as the JSON text of its rings (leave the
+others empty); ``moving`` true/false or empty; ``predicates`` the JSON text of the list (or
+empty). One subscription a line: no line breaks inside a field. A row of the first 11 columns
+only (the layout before polygons and predicates) is read as before."""
 CSV_HEADER = ",".join(CSV_COLUMNS)
+_CSV_OLD = CSV_COLUMNS[:11]
 
-PARQUET_COLUMNS = ("id", "keywords", "expr", "rect", "circle", "moving")
+PARQUET_COLUMNS = ("id", "keywords", "expr", "rect", "circle", "moving", "polygon", "predicates")
 """The Parquet layout mirrors the JSON form: ``id`` string, ``keywords`` list<string>, ``expr``
 string, ``rect`` list<double> (min_lon, min_lat, max_lon, max_lat), ``circle`` list<double>
-(lon, lat, radius_m), ``moving`` boolean; null means absent. Other columns are refused."""
+(lon, lat, radius_m), ``moving`` boolean, ``polygon`` list<list<list<double>>> (rings of [lon,
+lat]), ``predicates`` string (the JSON text of the list: a predicate's value is a number, a
+string or a list); null (or a missing column) means absent. Other columns are refused."""
 
 MAX_REASON = 300
 """Longest reason kept for a reject (a value in it is already cut to 80 characters)."""
@@ -86,15 +94,15 @@ def csv_payload(line: str) -> Any:
     """A CSV row (layout ``CSV_COLUMNS``) as the workload form; None for a blank line or the
     header. Cells are handed on as given where they are not numbers, so the core's validator
     names the field and the bad value."""
-    if not line.strip() or line.strip() == CSV_HEADER:
+    if not line.strip() or line.strip() in (CSV_HEADER, ",".join(_CSV_OLD)):
         return None
     try:
         cells = next(csv.reader([line]))
     except csv.Error as exc:  # a bare carriage return, say: a rejected row, not a failed job
         raise ValueError(f"not a CSV row: {exc}") from None
-    if len(cells) != len(CSV_COLUMNS):
+    if len(cells) not in (len(CSV_COLUMNS), len(_CSV_OLD)):
         raise ValueError(f"expected {len(CSV_COLUMNS)} columns ({CSV_HEADER}), got {len(cells)}")
-    c = dict(zip(CSV_COLUMNS, cells, strict=True))
+    c = dict(zip(CSV_COLUMNS, cells, strict=False))
     d: dict[str, Any] = {"id": c["id"]}
     if c["keywords"] != "":
         d["keywords"] = c["keywords"].split()
@@ -109,15 +117,30 @@ def csv_payload(line: str) -> Any:
     moving = c["moving"].strip().lower()
     if moving != "":
         d["moving"] = {"true": True, "false": False}.get(moving, c["moving"])
+    for k in ("polygon", "predicates"):
+        if c.get(k, "") != "":
+            d[k] = _json_cell(k, c[k])
     return d
+
+
+def _json_cell(field: str, text: str) -> Any:
+    """A cell holding JSON text (a polygon's rings, the predicates)."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ValidationError(field, text, f"not JSON: {exc}") from None
 
 
 def parquet_payload(row: Sequence[Any]) -> Any:
     """A Parquet row (values in ``PARQUET_COLUMNS`` order) as the workload form; nulls dropped."""
-    d = {k: v for k, v in zip(PARQUET_COLUMNS, row, strict=True) if v is not None}
+    d = {k: v for k, v in zip(PARQUET_COLUMNS, row, strict=False) if v is not None}
     for k in ("keywords", "rect", "circle"):
         if k in d:
             d[k] = list(d[k])
+    if "polygon" in d:
+        d["polygon"] = [[list(p) for p in ring] for ring in d["polygon"]]
+    if "predicates" in d:
+        d["predicates"] = _json_cell("predicates", d["predicates"])
     return d
 
 

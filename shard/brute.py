@@ -1,8 +1,11 @@
 """The brute-force matcher: the oracle of every test and the baseline of every benchmark.
 
-``subscription_matches`` is the reference semantics written plainly (DNF over the message's terms;
-closed rectangles; haversine circles; a region message matches a region it intersects, a circle
-against a rectangle by the distance to the rectangle's nearest point). ``BruteMatcher`` applies it
+``subscription_matches`` is the reference semantics written plainly (DNF over the message's terms,
+a clause holding when its terms all occur and none of its negated terms does; every attribute
+predicate holding on the message's attributes (``shard.attributes``); closed rectangles;
+haversine circles; polygons by ``shard.polygon``'s exact test at their offset; a region message
+matches a region it intersects, a circle against a rectangle by the distance to the rectangle's
+nearest point). ``BruteMatcher`` applies it
 to every subscription, after a vectorised bounding-box scan that is exact because every region
 lies inside its bounding box.
 """
@@ -13,12 +16,14 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from shard.attributes import all_hold
 from shard.errors import NotFoundError
 from shard.geometry import haversine_m, region_columns
-from shard.model import Circle, Message, Point, Rect, Subscription
+from shard.model import Message, Point, Polygon, Rect, Region, Subscription
+from shard.polygon import polygon_hits
 
 
-def region_matches(region: Rect | Circle, location: Point | Rect) -> bool:
+def region_matches(region: Region, location: Point | Rect) -> bool:
     """Does the subscription region meet the message location? O(1).
 
     >>> region_matches(Rect(0, 0, 1, 1), Point(1, 1))
@@ -29,6 +34,10 @@ def region_matches(region: Rect | Circle, location: Point | Rect) -> bool:
         y0 = y1 = location.lat
     else:
         x0, y0, x1, y1 = location.min_lon, location.min_lat, location.max_lon, location.max_lat
+    if isinstance(region, Polygon):
+        dx, dy = region.offset
+        kind = 0 if isinstance(location, Point) else 1
+        return polygon_hits(region.rings, dx, dy, kind, (x0, y0, x1, y1))
     if isinstance(region, Rect):
         return (
             region.min_lon <= x1
@@ -41,17 +50,32 @@ def region_matches(region: Rect | Circle, location: Point | Rect) -> bool:
     return haversine_m(region.lon, region.lat, nx, ny) <= region.radius_m
 
 
+def condition_holds(sub: Subscription, msg: Message) -> bool:
+    """The subscription's condition without its region: some clause's terms all occur in the
+    message and none of that clause's negated terms does, and every predicate holds.
+
+    >>> s = Subscription("s", (("a",),), Rect(0, 0, 1, 1), negated=(("b",),))
+    >>> condition_holds(s, Message("m", ("a",), Point(0, 0))), condition_holds(s, Message("n", ("a", "b"), Point(0, 0)))
+    (True, False)
+    """
+    terms = set(msg.terms)
+    neg = sub.negated
+    if not any(
+        terms.issuperset(clause) and (neg is None or terms.isdisjoint(neg[i]))
+        for i, clause in enumerate(sub.clauses)
+    ):
+        return False
+    return not sub.predicates or all_hold(sub.predicates, dict(msg.attributes))
+
+
 def subscription_matches(sub: Subscription, msg: Message) -> bool:
-    """Reference semantics: some clause's terms all occur in the message, and the regions meet.
+    """Reference semantics: the condition holds (``condition_holds``), and the regions meet.
 
     >>> s = Subscription("s", (("a", "b"), ("c",)), Rect(0, 0, 1, 1))
     >>> subscription_matches(s, Message("m", ("c", "x"), Point(0.5, 0.5)))
     True
     """
-    terms = set(msg.terms)
-    if not any(terms.issuperset(clause) for clause in sub.clauses):
-        return False
-    return region_matches(sub.region, msg.location)
+    return condition_holds(sub, msg) and region_matches(sub.region, msg.location)
 
 
 class BruteMatcher:

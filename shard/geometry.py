@@ -13,11 +13,7 @@ import math
 
 from numba import njit
 
-from shard.limits import EARTH_RADIUS_M
-
-# Circles are indexed by a bounding box widened by this many degrees (about 1 cm), so that
-# rounding in the box arithmetic can never exclude a point the exact haversine test accepts.
-BBOX_MARGIN_DEG = 1e-7
+from shard.limits import BBOX_MARGIN_DEG, EARTH_RADIUS_M
 
 KIND_RECT = 0
 KIND_CIRCLE = 1
@@ -110,12 +106,17 @@ def exact_hit(kind: int, bbox, circle, is_point: bool, x: float, y: float, q) ->
 def region_columns(
     region,
 ) -> tuple[int, tuple[float, float, float, float], tuple[float, float, float]]:
-    """(kind, bbox, circle) of a ``Rect`` or ``Circle``: circles are indexed by a conservative box.
+    """(kind, bbox, circle) of a ``Rect``, ``Circle`` or ``Polygon``: circles are indexed by a
+    conservative box, a polygon as the rectangle of its ``box`` (the indexes' superset; the
+    exact test is ``shard.polygon``'s, where the subscription's other conditions are checked).
 
     >>> from shard.model import Circle
     >>> region_columns(Circle(0.0, 0.0, 1000.0))[0]
     1
     """
+    box = getattr(region, "box", None)
+    if box is not None:  # a Polygon
+        return KIND_RECT, (box[0], box[1], box[2], box[3]), (0.0, 0.0, 0.0)
     if not hasattr(region, "radius_m"):  # a Rect (no import of the model on this hot path)
         return (
             KIND_RECT,
@@ -174,4 +175,7 @@ def region_centre(region) -> tuple[float, float]:
     lon = getattr(region, "lon", None)
     if lon is not None:
         return lon, region.lat
+    box = getattr(region, "box", None)
+    if box is not None:  # a Polygon: its box's centre
+        return (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
     return (region.min_lon + region.max_lon) / 2, (region.min_lat + region.max_lat) / 2

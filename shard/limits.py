@@ -10,7 +10,10 @@ MAX_CLAUSES = 64
 """DNF clauses an ``expr`` may expand to."""
 
 MAX_CLAUSE_TERMS = 16
-"""Terms in one DNF clause."""
+"""Terms in one DNF clause (the positive ones: those the indexes file it under)."""
+
+MAX_CLAUSE_NEGATIONS = 16
+"""Negated terms (``NOT x``) in one DNF clause, checked where the clause is verified."""
 
 MAX_EXPR_LEN = 4096
 """Characters of an ``expr``."""
@@ -40,6 +43,11 @@ ceiling for a geo-tagged message. A cluster sets a lower one (``max_ttl_s``, a d
 MAX_RADIUS_M = 20_000_000.0
 """Largest circle radius, metres (about half the earth's circumference)."""
 
+BBOX_MARGIN_DEG = 1e-7
+"""Circles and polygons are indexed by a bounding box widened by this many degrees (about 1 cm),
+so that rounding in the box arithmetic (a circle's box, a moved polygon's offset) can never
+exclude a point the exact test accepts."""
+
 EARTH_RADIUS_M = 6_371_008.8
 """Mean earth radius of the sphere on which circle distances are measured (haversine)."""
 
@@ -53,3 +61,12 @@ MAX_PUBLISH_BATCH = 10_000
 
 MAX_MOVE_BATCH = 10_000
 """Moves in one UpdateLocationRequest's ``moves``."""
+
+MAX_POLYGON_VERTICES = 1024
+"""Positions of a subscription's polygon, over all its rings, closing positions included. Each
+exact test of a message against it walks every edge (~1 ns an edge, compiled: ~1 us at this
+size), and validation at subscribe time runs GEOS over the whole polygon (~0.1 ms at 1,000
+positions for a plain outline, ~1.5 ms for a very spiky one)."""
+
+MAX_POLYGON_RINGS = 64
+"""Rings of a subscription's polygon: its exterior and up to 63 holes."""

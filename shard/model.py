@@ -12,9 +12,25 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from shard.attributes import (
+    Predicate,
+    Scalar,
+    attributes_from_mapping,
+    attributes_to_mapping,
+    predicates_from_list,
+    predicates_to_list,
+)
 from shard.errors import ValidationError
-from shard.expr import format_dnf, parse_expr
-from shard.limits import MAX_ID_LEN, MAX_KEYWORDS, MAX_RADIUS_M, MAX_TEXT_LEN, MAX_TTL_S
+from shard.expr import format_condition, parse_condition
+from shard.limits import (
+    BBOX_MARGIN_DEG,
+    MAX_ID_LEN,
+    MAX_KEYWORDS,
+    MAX_RADIUS_M,
+    MAX_TEXT_LEN,
+    MAX_TTL_S,
+)
+from shard.polygon_rings import Rings, rings_bbox, validate_polygon
 from shard.terms import check_term, message_terms, normalize_term
 
 
@@ -80,27 +96,100 @@ class Circle:
 
 
 @dataclass(frozen=True, slots=True)
+class Polygon:
+    """A polygon region: ``rings`` as validated (``shard.polygon``: the exterior, then holes;
+    closed rings of (lon, lat), straight edges in lon/lat, boundary included), indexed by a box.
+
+    ``base`` is the rings' bounding box widened by ``BBOX_MARGIN_DEG`` (clamped to the world),
+    ``box`` the same box where the region is now: a moving subscription's polygon moves as a
+    rectangle of the base's size does (``shard.applus.recentre``), and the polygon where it is
+    now is its rings translated by ``offset`` (the box's centre minus the base's). The index
+    files it under ``box``, which holds the translated rings with the margin to spare, and the
+    exact test (``shard.polygon``) runs on what the box lets through.
+
+    >>> p = Polygon.of((((0.0, 0.0), (2.0, 0.0), (0.0, 2.0), (0.0, 0.0)),))
+    >>> p.offset, p.box == p.base
+    ((0.0, 0.0), True)
+    """
+
+    rings: Rings
+    base: tuple[float, float, float, float]
+    box: tuple[float, float, float, float]
+
+    @staticmethod
+    def of(rings: Rings) -> Polygon:
+        x0, y0, x1, y1 = rings_bbox(rings)
+        m = BBOX_MARGIN_DEG
+        base = (max(x0 - m, -180.0), max(y0 - m, -90.0), min(x1 + m, 180.0), min(y1 + m, 90.0))
+        return Polygon(rings, base, base)
+
+    @property
+    def offset(self) -> tuple[float, float]:
+        """(dx, dy): where the rings are now, relative to where they were given."""
+        return polygon_offset(self.base, self.box)
+
+    def __reduce__(self):  # pickled as a tuple (Ray ships these in every batch)
+        return (Polygon, (self.rings, self.base, self.box))
+
+
+def polygon_offset(base, box) -> tuple[float, float]:
+    """The translation of a polygon indexed by ``box`` whose rings' box is ``base``: the
+    difference of their centres, computed as every index and the oracle compute it.
+
+    >>> polygon_offset((0.0, 0.0, 2.0, 2.0), (10.0, 1.0, 12.0, 3.0))
+    (10.0, 1.0)
+    """
+    return (
+        (box[0] + box[2]) / 2 - (base[0] + base[2]) / 2,
+        (box[1] + box[3]) / 2 - (base[1] + base[3]) / 2,
+    )
+
+
+Region = Rect | Circle | Polygon
+
+
+@dataclass(frozen=True, slots=True)
 class Subscription:
-    """``clauses`` is the normalized DNF (one clause for a ``keywords`` condition); ``keywords`` /
-    ``expr`` keep the condition as given, for round trips."""
+    """``clauses`` is the normalized DNF (one clause for a ``keywords`` condition): the terms
+    each clause needs; ``negated`` (None: no NOT) the terms each clause must not meet, aligned
+    with ``clauses``. ``predicates`` must all hold on a message's attributes
+    (``shard.attributes``). ``keywords`` / ``expr`` keep the condition as given, for round
+    trips."""
 
     id: str
     clauses: tuple[tuple[str, ...], ...]
-    region: Rect | Circle
+    region: Region
     moving: bool = False
     keywords: tuple[str, ...] | None = None
     expr: str | None = None
+    negated: tuple[tuple[str, ...], ...] | None = None
+    predicates: tuple[Predicate, ...] = ()
+
+    @property
+    def plain(self) -> bool:
+        """No NOT, no polygon, no predicate: everything the indexes check themselves."""
+        return self.negated is None and not self.predicates and type(self.region) is not Polygon
 
     def __reduce__(self):  # pickled as a tuple (Ray ships these in every batch)
         return (
             Subscription,
-            (self.id, self.clauses, self.region, self.moving, self.keywords, self.expr),
+            (
+                self.id,
+                self.clauses,
+                self.region,
+                self.moving,
+                self.keywords,
+                self.expr,
+                self.negated,
+                self.predicates,
+            ),
         )
 
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    """``terms``: normalized keywords plus text tokens, sorted. ``ttl`` None: one-shot."""
+    """``terms``: normalized keywords plus text tokens, sorted. ``ttl`` None: one-shot.
+    ``attributes``: (name, number or string) sorted by name (``shard.attributes``)."""
 
     id: str
     terms: tuple[str, ...]
@@ -108,9 +197,14 @@ class Message:
     ttl: float | None = None
     keywords: tuple[str, ...] = ()
     text: str | None = None
+    attributes: tuple[tuple[str, Scalar], ...] = ()
 
     def __reduce__(self):  # pickled as a tuple (Ray ships these in every batch)
-        return (Message, (self.id, self.terms, self.location, self.ttl, self.keywords, self.text))
+        return (
+            Message,
+            (self.id, self.terms, self.location, self.ttl, self.keywords, self.text,
+             self.attributes),
+        )  # fmt: skip
 
 
 # ---- field validators -----------------------------------------------------------------------
@@ -211,8 +305,11 @@ def _unknown(d: Mapping[str, Any], allowed: frozenset[str]) -> None:
             raise ValidationError(str(k), d[k], "unknown field")
 
 
-_SUB_FIELDS = frozenset({"id", "keywords", "expr", "rect", "circle", "moving"})
-_MSG_FIELDS = frozenset({"id", "keywords", "text", "point", "rect", "ttl"})
+_SUB_FIELDS = frozenset(
+    {"id", "keywords", "expr", "rect", "circle", "polygon", "moving", "predicates"}
+)
+_MSG_FIELDS = frozenset({"id", "keywords", "text", "point", "rect", "ttl", "attributes"})
+_REGIONS = ("rect", "circle", "polygon")
 
 
 def subscription_from_dict(d: Mapping[str, Any]) -> Subscription:
@@ -232,22 +329,34 @@ def subscription_from_dict(d: Mapping[str, Any]) -> Subscription:
         )
     keywords: tuple[str, ...] | None = None
     expr: str | None = None
+    negated = None
     if has_kw:
         keywords, norm = validate_keywords("keywords", d["keywords"])
         clauses: tuple[tuple[str, ...], ...] = (norm,)
     else:
         expr = d["expr"]
-        clauses = parse_expr(expr)
-    has_rect, has_circle = "rect" in d, "circle" in d
-    if has_rect == has_circle:
-        raise ValidationError("rect", d.get("rect"), "give exactly one of 'rect' and 'circle'")
-    region: Rect | Circle = (
-        validate_rect("rect", d["rect"]) if has_rect else validate_circle("circle", d["circle"])
-    )
+        clauses, negated = parse_condition(expr)
+    given = [k for k in _REGIONS if k in d]
+    if len(given) != 1:
+        raise ValidationError(
+            given[0] if given else "rect",
+            d.get(given[0]) if given else None,
+            "give exactly one of 'rect', 'circle' and 'polygon'",
+        )
+    region: Region
+    if given[0] == "rect":
+        region = validate_rect("rect", d["rect"])
+    elif given[0] == "circle":
+        region = validate_circle("circle", d["circle"])
+    else:
+        region = Polygon.of(validate_polygon("polygon", d["polygon"]))
     moving = d.get("moving", False)
     if not isinstance(moving, bool):
         raise ValidationError("moving", moving, "must be true or false")
-    return Subscription(sid, clauses, region, moving, keywords, expr)
+    predicates: tuple[Predicate, ...] = ()
+    if "predicates" in d:
+        predicates = predicates_from_list("predicates", d["predicates"], weighted=False)
+    return Subscription(sid, clauses, region, moving, keywords, expr, negated, predicates)
 
 
 def message_from_dict(d: Mapping[str, Any], *, allow_empty_id: bool = False) -> Message:
@@ -282,6 +391,9 @@ def message_from_dict(d: Mapping[str, Any], *, allow_empty_id: bool = False) -> 
         location: Point | Rect = validate_point("point", p[0], p[1])
     else:
         location = validate_rect("rect", d["rect"])
+    attributes: tuple[tuple[str, Scalar], ...] = ()
+    if "attributes" in d:
+        attributes = attributes_from_mapping("attributes", d["attributes"])
     ttl = d.get("ttl")
     if ttl is not None:
         ttl = _number("ttl", ttl)
@@ -293,12 +405,17 @@ def message_from_dict(d: Mapping[str, Any], *, allow_empty_id: bool = False) -> 
                 d["ttl"],
                 f"must be at most {MAX_TTL_S:.0f} seconds ({MAX_TTL_S / 86400:g} days)",
             )
-    return Message(mid, terms, location, ttl, tuple(kws), text)
+    return Message(mid, terms, location, ttl, tuple(kws), text, attributes)
 
 
-def region_to_dict(region: Rect | Circle) -> dict[str, list[float]]:
+def region_to_dict(region: Region) -> dict[str, list]:
+    """The workload form of a region; a moved polygon is written where it is now (its rings
+    translated by its offset)."""
     if isinstance(region, Rect):
         return {"rect": [region.min_lon, region.min_lat, region.max_lon, region.max_lat]}
+    if isinstance(region, Polygon):
+        dx, dy = region.offset
+        return {"polygon": [[[x + dx, y + dy] for x, y in ring] for ring in region.rings]}
     return {"circle": [region.lon, region.lat, region.radius_m]}
 
 
@@ -310,24 +427,45 @@ def subscription_to_dict(s: Subscription) -> dict[str, Any]:
         d["expr"] = s.expr
     elif s.keywords is not None:
         d["keywords"] = list(s.keywords)
-    elif len(s.clauses) == 1:
+    elif len(s.clauses) == 1 and not s.negated:
         d["keywords"] = list(s.clauses[0])
     else:
-        d["expr"] = format_dnf(s.clauses)
+        d["expr"] = format_condition(s.clauses, s.negated)
     d.update(region_to_dict(s.region))
     if s.moving:
         d["moving"] = True
+    if s.predicates:
+        d["predicates"] = predicates_to_list(s.predicates, weighted=False)
     return d
 
 
-SubscriptionRow = tuple[str, tuple, tuple, bool, tuple | None, str | None]
+SubscriptionRow = tuple
+"""(id, clauses, region, moving, keywords, expr) and, for a subscription that is not ``plain``,
+(negated, predicates as (attr, op, value, weight) tuples) after them."""
+
+
+def _region_row(r: Region) -> tuple:
+    if type(r) is Rect:
+        return (0, r.min_lon, r.min_lat, r.max_lon, r.max_lat)
+    if type(r) is Circle:
+        return (1, r.lon, r.lat, r.radius_m)
+    return (2, r.rings, r.base, r.box)
+
+
+def _region_of_row(r: tuple) -> Region:
+    if r[0] == 0:
+        return Rect(r[1], r[2], r[3], r[4])
+    if r[0] == 1:
+        return Circle(r[1], r[2], r[3])
+    return Polygon(r[1], r[2], r[3])
 
 
 def subscriptions_to_rows(subs: Sequence[Subscription]) -> list[SubscriptionRow]:
-    """Subscriptions as plain tuples (id, clauses, region, moving, keywords, expr), the region as
-    ``(0, min_lon, min_lat, max_lon, max_lat)`` or ``(1, lon, lat, radius_m)``: what the
-    coordinator sends a shard actor to load. Pickling tuples of builtins takes ~4 µs a
-    subscription here, the dataclasses ~15 µs (and as long again to unpickle). O(n).
+    """Subscriptions as plain tuples (id, clauses, region, moving, keywords, expr[, negated,
+    predicates]), the region as ``(0, min_lon, min_lat, max_lon, max_lat)``, ``(1, lon, lat,
+    radius_m)`` or ``(2, rings, base, box)``: what the coordinator sends a shard actor to load.
+    Pickling tuples of builtins takes ~4 µs a subscription here, the dataclasses ~15 µs (and as
+    long again to unpickle). O(n).
 
     >>> rows = subscriptions_to_rows([Subscription("a", (("x",),), Rect(0.0, 0.0, 1.0, 1.0))])
     >>> rows, subscriptions_from_rows(rows)[0].region
@@ -335,13 +473,11 @@ def subscriptions_to_rows(subs: Sequence[Subscription]) -> list[SubscriptionRow]
     """
     out = []
     for s in subs:
-        r = s.region
-        region = (
-            (0, r.min_lon, r.min_lat, r.max_lon, r.max_lat)
-            if type(r) is Rect
-            else (1, r.lon, r.lat, r.radius_m)
-        )
-        out.append((s.id, s.clauses, region, s.moving, s.keywords, s.expr))
+        row = (s.id, s.clauses, _region_row(s.region), s.moving, s.keywords, s.expr)
+        if not s.plain:
+            preds = tuple((p.attr, p.op, p.value, p.weight) for p in s.predicates)
+            row = (*row, s.negated, preds)
+        out.append(row)
     return out
 
 
@@ -349,9 +485,14 @@ def subscriptions_from_rows(rows: Sequence[SubscriptionRow]) -> list[Subscriptio
     """Inverse of ``subscriptions_to_rows`` (trusted input: the rows came from Subscriptions).
     O(n)."""
     out = []
-    for sid, clauses, r, moving, keywords, expr in rows:
-        region = Rect(r[1], r[2], r[3], r[4]) if r[0] == 0 else Circle(r[1], r[2], r[3])
-        out.append(Subscription(sid, clauses, region, moving, keywords, expr))
+    for row in rows:
+        sid, clauses, r, moving, keywords, expr = row[:6]
+        region = _region_of_row(r)
+        if len(row) == 6:
+            out.append(Subscription(sid, clauses, region, moving, keywords, expr))
+        else:
+            preds = tuple(Predicate(*p) for p in row[7])
+            out.append(Subscription(sid, clauses, region, moving, keywords, expr, row[6], preds))
     return out
 
 
@@ -368,4 +509,6 @@ def message_to_dict(m: Message) -> dict[str, Any]:
         d["rect"] = [r.min_lon, r.min_lat, r.max_lon, r.max_lat]
     if m.ttl is not None:
         d["ttl"] = m.ttl
+    if m.attributes:
+        d["attributes"] = attributes_to_mapping(m.attributes)
     return d

@@ -25,8 +25,8 @@ shard exactly as it was, so no update of the batch, not even an expiration, is l
 >>> ShardState.restore(s.snapshot()).stats()["live_messages"]
 1
 
-Snapshot format (``snapshot`` / ``restore``), version ``SNAPSHOT_VERSION`` = 2 (1: without
-``tags``, still read)::
+Snapshot format (``snapshot`` / ``restore``), version ``SNAPSHOT_VERSION`` = 3 (1: without
+``tags``, 2: without ``residual`` and messages' attributes; both still read)::
 
     b"GPSS" | version: uint16 little-endian | pickle (protocol 5) of a dict of builtins only:
       shard_id: int, options: dict (the APPlusTree options), now: float (-inf: never advanced),
@@ -35,8 +35,12 @@ Snapshot format (``snapshot`` / ``restore``), version ``SNAPSHOT_VERSION`` = 2 (
              radius_m, 0) -- the *current* region, after moves,
              n_clauses: bytes <i4[n], clause_len: bytes <i4[k], terms: bytes <i4[t] (into vocab),
              vocab: [str], tags: bytes <i4[n] (-1: none)},
+      residual: [row]  -- the subscriptions that are not plain, whole and where they are now,
+                          as ``shard.model.subscriptions_to_rows`` (they replace their core
+                          form in ``subs``, which holds what the index holds),
       messages: [(id, terms, location (lon, lat) or (min_lon, min_lat, max_lon, max_lat),
-                  ttl, keywords, text, expiry)]  -- the live ones, expiry = publish time + ttl
+                  ttl, keywords, text, expiry, attributes)]  -- the live ones, expiry =
+                  publish time + ttl, attributes [(name, value)]
 
 The cluster does not use snapshots (a shard is rebuilt from the subscriptions in Redis, and the
 live messages the coordinator keeps); they are how a ``ShardState`` pickles, and what the tests
@@ -59,34 +63,36 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
-from numba import njit
 
 from shard.applus import APPlusTree
-from shard.applus.tree import subscription_form
+from shard.attributes import Predicate
 from shard.density import count_centres, grid_shape
 from shard.errors import NotFoundError, ValidationError
-from shard.geometry import region_hits_point, region_hits_rect
 from shard.limits import MAX_CLAUSE_TERMS, MAX_CLAUSES, MAX_ID_LEN
 from shard.model import (
     REMOVE,
     Circle,
     Message,
     Point,
+    Polygon,
     Rect,
     Subscription,
     Update,
+    subscriptions_from_rows,
+    subscriptions_to_rows,
     validate_circle,
     validate_id,
     validate_point,
     validate_rect,
 )
+from shard.residual import ResidualIndex, core_form
 from shard.rivals.hosted import HostedIndex
 
 SNAPSHOT_MAGIC = b"GPSS"
-SNAPSHOT_VERSION = 2
+SNAPSHOT_VERSION = 3
 """Version of the snapshot layout described in the module docstring; ``restore`` refuses others
-(but version 1, the same without tags)."""
-_READABLE_VERSIONS = (1, 2)
+(but versions 1 and 2, the same without tags, residual and attributes)."""
+_READABLE_VERSIONS = (1, 2, 3)
 
 _HEADER = struct.Struct("<4sH")
 _OPTION_TYPES = (bool, int, float, str, list, tuple)
@@ -97,14 +103,20 @@ __all__ = ["SNAPSHOT_VERSION", "ShardState", "Update"]
 def _new_tree(options: dict[str, Any], subs: Iterable[Subscription] | None = None):
     """The shard's index: the AP+-Tree, or with ``index`` set to a rival's name
     (``shard.indexes``) that rival hosted with the AP+-Tree's operations
-    (``shard.rivals.hosted``); built in bulk over ``subs`` when given."""
+    (``shard.rivals.hosted``); built in bulk over ``subs`` when given; either wrapped in a
+    ``ResidualIndex``, which checks the conditions the index does not (NOT, polygons,
+    attribute predicates)."""
     options = dict(options)
     name = options.pop("index", "aptree")
+    subs = None if subs is None else list(subs)
+    core = None if subs is None else [core_form(s) for s in subs]
     if name == "aptree":
-        return APPlusTree(**options) if subs is None else APPlusTree.build(subs, **options)
-    if subs is None:
-        return HostedIndex(name, **options)
-    return HostedIndex.build(subs, name, **options)
+        inner = APPlusTree(**options) if core is None else APPlusTree.build(core, **options)
+    elif core is None:
+        inner = HostedIndex(name, **options)
+    else:
+        inner = HostedIndex.build(core, name, **options)
+    return ResidualIndex.over(inner, subs or ())
 
 
 class ShardState:
@@ -225,29 +237,9 @@ class ShardState:
         for sub_id in ids:
             if sub_id not in tree:
                 continue
-            updates += [(sub_id, REMOVE, mid) for mid in self._result_ids(sub_id)]
+            updates += [(sub_id, REMOVE, mid) for mid in tree.results(sub_id)]
             tree.unsubscribe(sub_id)
         return updates
-
-    def _result_ids(self, sub_id: str) -> list[str]:
-        """R(s, now): the ids of the live messages that subscription ``sub_id`` matches at its
-        current region, by re-evaluating it against every live message. Read-only: the tree's
-        subscription form and message columns, the spatial predicates the index uses."""
-        tree = self.tree
-        msgs = tree.msgs
-        if not len(msgs):
-            return []
-        form = subscription_form(tree.store, tree.store.slot_of[sub_id])
-        x0, y0, x1, y1 = form[3].tolist()
-        geom = msgs.geom[: msgs.n_slots]
-        # vectorised box test first (exact as a filter: every region lies inside its box)
-        near = np.flatnonzero(
-            (geom[:, 0] <= x1) & (geom[:, 2] >= x0) & (geom[:, 1] <= y1) & (geom[:, 3] >= y0)
-        )
-        scratch = np.zeros(len(tree.store.vocab_terms) + 1, np.int64)
-        columns = (msgs.alive, msgs.kind, msgs.geom, msgs.toff, msgs.tlen, msgs.terms)
-        slots = _result_slots(*columns, near, scratch, *form)
-        return [msgs.messages[x].id for x in slots.tolist()]
 
     # ---- messages and moves ---------------------------------------------------------------
     def publish_batch(self, messages: Sequence[Message], now: float) -> list[Update]:
@@ -349,6 +341,9 @@ class ShardState:
         return out
 
     def _subscription_at(self, slot: int) -> Subscription:
+        full = self.tree.subscription_at(slot)
+        if full is not None:
+            return full
         store = self.tree.store
         vocab = store.vocab_terms
         off, lens, terms = store.cl_off, store.cl_len, store.terms
@@ -514,6 +509,7 @@ class ShardState:
                 m.keywords,
                 m.text,
                 float(msgs.expiry[slot]),
+                m.attributes,
             )
             for slot, m in ((s, msgs.messages[s]) for s in msgs.slot_of.values())
         ]
@@ -532,6 +528,9 @@ class ShardState:
                 "vocab": list(store.vocab_terms),
                 "tags": store.tag[slots].astype("<i4").tobytes(),
             },
+            "residual": subscriptions_to_rows(
+                [tree.subscription_at(store.slot_of[sid]) for sid in tree.subs]
+            ),
             "messages": live,
         }
         return _HEADER.pack(SNAPSHOT_MAGIC, SNAPSHOT_VERSION) + pickle.dumps(payload, protocol=5)
@@ -545,6 +544,9 @@ class ShardState:
         """
         payload = _load_payload(data)
         subs = _decode_subscriptions(payload["subs"])
+        whole = {s.id: s for s in subscriptions_from_rows(payload.get("residual", ()))}
+        if whole:
+            subs = [whole.get(s.id, s) for s in subs]
         tags = payload["subs"].get("tags")
         state = cls.build(
             payload["shard_id"],
@@ -555,8 +557,9 @@ class ShardState:
         )
         now = payload["now"]
         by_time: dict[float, list[Message]] = {}
-        for mid, terms, loc, ttl, keywords, text, expiry in payload["messages"]:
-            msg = Message(mid, tuple(terms), _location(loc), ttl, tuple(keywords), text)
+        for mid, terms, loc, ttl, keywords, text, expiry, *attrs in payload["messages"]:
+            attributes = tuple(tuple(a) for a in attrs[0]) if attrs else ()
+            msg = Message(mid, tuple(terms), _location(loc), ttl, tuple(keywords), text, attributes)
             by_time.setdefault(_publish_time(expiry, float(ttl), now), []).append(msg)
         tree = state.tree
         for t in sorted(by_time):
@@ -575,44 +578,6 @@ class ShardState:
 
 
 # ---- helpers --------------------------------------------------------------------------------
-@njit(cache=True)
-def _result_slots(alive, mkind, geom, toff, tlen, mterms, cand, TM, cl_off, cl_terms, kind, bbox, circ):  # fmt: skip
-    """The live message slots among ``cand`` (``MessageStore`` columns) that match one
-    subscription form (clause offsets, clause terms, kind, bbox, circle): the region test of
-    ``shard.geometry``, the index's own predicates, then some clause's terms all among the
-    message's (marked in ``TM`` with a fresh stamp per message)."""
-    out = np.empty(16, np.int64)
-    n = 0
-    stamp = 0
-    for i in range(cand.shape[0]):
-        x = cand[i]
-        if not alive[x]:
-            continue
-        if mkind[x] == 0:
-            if not region_hits_point(kind, bbox, circ, geom[x, 0], geom[x, 1]):
-                continue
-        elif not region_hits_rect(kind, bbox, circ, geom[x]):
-            continue
-        stamp += 1
-        for j in range(toff[x], toff[x] + tlen[x]):
-            TM[mterms[j]] = stamp
-        for c in range(cl_off.shape[0] - 1):
-            ok = True
-            for j in range(cl_off[c], cl_off[c + 1]):
-                if TM[cl_terms[j]] != stamp:
-                    ok = False
-                    break
-            if ok:
-                if n == out.shape[0]:
-                    grown = np.empty(2 * n, np.int64)
-                    grown[:n] = out
-                    out = grown
-                out[n] = x
-                n += 1
-                break
-    return out[:n].copy()
-
-
 def _validate_now(now: Any, last: float) -> None:
     if isinstance(now, bool) or not isinstance(now, int | float) or not math.isfinite(now):
         raise ValidationError("now", now, "must be a finite number of seconds")
@@ -660,6 +625,17 @@ def _check_message(at: str, m: Any) -> None:
         or ttl < 0
     ):
         raise ValidationError(f"{at}.ttl", ttl, "must be a finite number >= 0 or None")
+    attrs = m.attributes
+    if not isinstance(attrs, tuple) or not all(
+        isinstance(a, tuple)
+        and len(a) == 2
+        and isinstance(a[0], str)
+        and (isinstance(a[1], str) or (type(a[1]) is float and math.isfinite(a[1])))
+        for a in attrs
+    ):
+        raise ValidationError(
+            f"{at}.attributes", attrs, "must be a tuple of (name, float or str) pairs"
+        )
 
 
 def _plain_message(m: Any) -> bool:
@@ -670,6 +646,8 @@ def _plain_message(m: Any) -> bool:
     if type(m) is not Message:
         return False
     mid, terms, loc, ttl = m.id, m.terms, m.location, m.ttl
+    if m.attributes:  # checked by _check_message
+        return False
     if not (
         type(mid) is str
         and 0 < len(mid) <= MAX_ID_LEN
@@ -730,10 +708,27 @@ def _validate_subscriptions(subs: list[Subscription]) -> None:
             validate_rect(f"{at}.rect", [r.min_lon, r.min_lat, r.max_lon, r.max_lat])
         elif isinstance(r, Circle):
             validate_circle(f"{at}.circle", [r.lon, r.lat, r.radius_m])
+        elif isinstance(r, Polygon):  # its rings were validated where it was made
+            validate_rect(f"{at}.polygon.box", list(r.box))
         else:
-            raise ValidationError(f"{at}.region", r, "must be a Rect or a Circle")
+            raise ValidationError(f"{at}.region", r, "must be a Rect, a Circle or a Polygon")
         if not isinstance(sub.moving, bool):
             raise ValidationError(f"{at}.moving", sub.moving, "must be true or false")
+        neg = sub.negated
+        if neg is not None and (
+            not isinstance(neg, tuple)
+            or len(neg) != len(clauses)
+            or not all(isinstance(n, tuple) and all(isinstance(t, str) for t in n) for n in neg)
+        ):
+            raise ValidationError(
+                f"{at}.negated", neg, "must be None or a tuple of term tuples, one per clause"
+            )
+        if not isinstance(sub.predicates, tuple) or not all(
+            isinstance(p, Predicate) for p in sub.predicates
+        ):
+            raise ValidationError(
+                f"{at}.predicates", sub.predicates, "must be a tuple of Predicates"
+            )
 
 
 def _ragged_arange(lens: np.ndarray) -> np.ndarray:

@@ -7,10 +7,15 @@ Arrays travel as raw little-endian buffers of a fixed dtype.
 
 A round is a list of operations, each a list whose first item says its kind:
 
-    ["P", id, terms, location, ttl]       publish (location: [lon, lat] or [x0, y0, x1, y1])
-    ["S", id, clauses, region, moving, keywords, expr, tag]
-                                          subscribe (region: [0, x0, y0, x1, y1] or
-                                          [1, lon, lat, radius_m], as ``subscriptions_to_rows``)
+    ["P", id, terms, location, ttl(, attributes)]
+                                          publish (location: [lon, lat] or [x0, y0, x1, y1];
+                                          attributes {name: number or string}, when any)
+    ["S", id, clauses, region, moving, keywords, expr, tag(, extras)]
+                                          subscribe (region: [0, x0, y0, x1, y1],
+                                          [1, lon, lat, radius_m] or [2, rings, box], as
+                                          ``subscriptions_to_rows``; extras for one that is
+                                          not plain: {"negated": [[term]] or None,
+                                          "predicates": [{"attr", "op", "value"}]})
     ["U", id] / ["D", id]                 unsubscribe / detach
     ["M", id, lon, lat]                   move
 
@@ -34,8 +39,19 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from shard.attributes import attributes_from_mapping, predicates_from_list, predicates_to_list
 from shard.errors import ExpressionError, NotFoundError, ValidationError
-from shard.model import Circle, Message, Point, Rect, Subscription
+from shard.model import (
+    Circle,
+    Message,
+    Point,
+    Polygon,
+    Rect,
+    Region,
+    Subscription,
+    validate_rect,
+)
+from shard.polygon_rings import validate_polygon
 
 _OP_CODES = {"pub": "P", "sub": "S", "unsub": "U", "detach": "D", "move": "M"}
 _ERRORS: dict[str, type] = {"V": ValidationError, "X": ExpressionError, "N": NotFoundError}
@@ -53,17 +69,25 @@ def _op(op: tuple) -> list:
     if kind == "pub":
         m = op[1]
         loc = m.location
-        return ["P", m.id, m.terms, loc.__reduce__()[1], m.ttl]  # (lon, lat) or (x0, y0, x1, y1)
+        out = ["P", m.id, m.terms, loc.__reduce__()[1], m.ttl]  # (lon, lat) or (x0, y0, x1, y1)
+        if m.attributes:
+            out.append(dict(m.attributes))
+        return out
     if kind == "sub":
         s = op[1]
         r = s.region
-        region = (
-            [0, r.min_lon, r.min_lat, r.max_lon, r.max_lat]
-            if type(r) is Rect
-            else [1, r.lon, r.lat, r.radius_m]
-        )
+        if type(r) is Rect:
+            region = [0, r.min_lon, r.min_lat, r.max_lon, r.max_lat]
+        elif type(r) is Circle:
+            region = [1, r.lon, r.lat, r.radius_m]
+        else:
+            region = [2, r.rings, r.box]
         tag = op[2] if len(op) > 2 else -1
-        return ["S", s.id, s.clauses, region, s.moving, s.keywords, s.expr, tag]
+        out = ["S", s.id, s.clauses, region, s.moving, s.keywords, s.expr, tag]
+        if not s.plain:
+            preds = predicates_to_list(s.predicates, weighted=False)
+            out.append({"negated": s.negated, "predicates": preds})
+        return out
     if kind == "move":
         return ["M", op[1], op[2].lon, op[2].lat]
     return [_OP_CODES[kind], op[1]]
@@ -75,12 +99,33 @@ def dumps_ops(ops: Sequence[tuple]) -> bytes:
     return msgpack.packb([_op(op) for op in ops])
 
 
-def _region(r: Sequence) -> Rect | Circle:
+def _region(r: Sequence) -> Region:
     if r[0] == 0 and len(r) == 5:
         return Rect(float(r[1]), float(r[2]), float(r[3]), float(r[4]))
     if r[0] == 1 and len(r) == 4:
         return Circle(float(r[1]), float(r[2]), float(r[3]))
-    raise ValidationError("region", r, "must be [0, x0, y0, x1, y1] or [1, lon, lat, radius_m]")
+    if r[0] == 2 and len(r) == 3:  # rings validated as from any client, the box as a rect
+        poly = Polygon.of(validate_polygon("region.polygon", r[1]))
+        box = validate_rect("region.box", r[2])
+        return Polygon(poly.rings, poly.base, (box.min_lon, box.min_lat, box.max_lon, box.max_lat))
+    raise ValidationError(
+        "region", r, "must be [0, x0, y0, x1, y1], [1, lon, lat, radius_m] or [2, rings, box]"
+    )
+
+
+def _extras(i: int, x: Any, n_clauses: int) -> tuple:
+    """(negated, predicates) of a subscription that is not plain, validated."""
+    if not isinstance(x, dict) or set(x) != {"negated", "predicates"}:
+        raise ValidationError(f"ops[{i}].extras", x, "must be {negated, predicates}")
+    neg = x["negated"]
+    if neg is not None:
+        if not isinstance(neg, tuple) or len(neg) != n_clauses:
+            raise ValidationError(f"ops[{i}].negated", neg, "must hold a list per clause")
+        neg = tuple(_strings(n, f"ops[{i}].negated") for n in neg)
+    preds = x["predicates"]
+    if preds:
+        preds = predicates_from_list(f"ops[{i}].predicates", list(preds), weighted=False)
+    return neg, tuple(preds)
 
 
 def _location(xy: Sequence) -> Point | Rect:
@@ -101,14 +146,16 @@ def _decode_op(i: int, w: Any) -> tuple:
     if not isinstance(w, tuple) or not w or not isinstance(w[0], str):
         raise ValidationError(f"ops[{i}]", w, "must be a list starting with its kind")
     code, n = w[0], len(w)
-    if code == "P" and n == 5:  # (the shard checks every message's fields: ShardState)
-        return ("pub", Message(w[1], w[2], _location(w[3]), w[4]))
-    if code == "S" and n == 8:
+    if code == "P" and n in (5, 6):  # (the shard checks every message's fields: ShardState)
+        attrs = attributes_from_mapping(f"ops[{i}].attributes", w[5]) if n == 6 else ()
+        return ("pub", Message(w[1], w[2], _location(w[3]), w[4], attributes=attrs))
+    if code == "S" and n in (8, 9):
         if not isinstance(w[2], tuple):
             raise ValidationError(f"ops[{i}].clauses", w[2], "must be a list of lists")
         clauses = tuple(_strings(c, f"ops[{i}].clauses") for c in w[2])
         keywords = None if w[5] is None else _strings(w[5], f"ops[{i}].keywords")
-        sub = Subscription(w[1], clauses, _region(w[3]), w[4], keywords, w[6])
+        neg, preds = _extras(i, w[8], len(clauses)) if n == 9 else (None, ())
+        sub = Subscription(w[1], clauses, _region(w[3]), w[4], keywords, w[6], neg, preds)
         return ("sub", sub, w[7])
     if code == "M" and n == 4:
         return ("move", w[1], Point(float(w[2]), float(w[3])))

@@ -133,6 +133,60 @@ def test_argument_errors_exit_2_naming_the_argument(capsys, argv, message):
             ["move", "--id", "s", "--point", "181", "0"],
             "point[0]=181.0: longitude must be in [-180, 180]",
         ),
+        (
+            ["subscribe", "--id", "s", "--keywords", "a", "--polygon", "[[[0,0],[1,1],[1,0]]]"],
+            "polygon[0]=[[0, 0], [1, 1], [1, 0]]: a ring needs at least 4 positions",
+        ),
+        (
+            ["subscribe", "--id", "s", "--keywords", "a", "--polygon", "[[[0,0],[1"],
+            "--polygon='[[[0,0],[1': not JSON",
+        ),
+        (
+            ["subscribe", "--id", "s", "--expr", "a OR NOT b", "--rect", "0", "0", "1", "1"],
+            "expr='a OR NOT b': the DNF clause 'NOT b' has no positive term",
+        ),
+        (
+            [
+                "subscribe",
+                "--id",
+                "s",
+                "--keywords",
+                "a",
+                "--rect",
+                "0",
+                "0",
+                "1",
+                "1",
+                "--predicate",
+                "price < cheap",
+            ],
+            "predicates[0].value='cheap': must be a number",
+        ),
+        (
+            [
+                "subscribe",
+                "--id",
+                "s",
+                "--keywords",
+                "a",
+                "--rect",
+                "0",
+                "0",
+                "1",
+                "1",
+                "--predicate",
+                "price ~ 5",
+            ],
+            "--predicate='price ~ 5': expected ATTR OP VALUE",
+        ),
+        (
+            ["publish", "--keywords", "a", "--point", "1", "2", "--attr", "price"],
+            "--attr='price': expected NAME=VALUE",
+        ),
+        (
+            ["publish", "--keywords", "a", "--point", "1", "2", "--attr", "price=inf"],
+            "attributes.price=inf: must be finite",
+        ),
         (["up", "--shards", "0"], "shards=0: must be 1..1024"),
         (["up", "--port", "70000"], "port=70000: must be 0..65535"),
         (["up", "--timeout", "0"], "timeout=0.0: must be > 0 seconds"),
@@ -311,6 +365,44 @@ def test_subscribe_publish_move_stats_unsubscribe(capsys, server, tmp_path):
     code, out, err = run(capsys, "unsubscribe", "--id", "s1", *common)
     assert code == 1
     assert "geopubsub: error: NOT_FOUND: subscription 's1' not found" in err
+
+
+def test_polygons_predicates_and_attributes_from_the_command_line(capsys, server, tmp_path):
+    fake, target = server
+    common = ["--target", target, "--data-dir", str(tmp_path)]
+    code, out, _ = run(
+        capsys,
+        "subscribe",
+        "--id",
+        "p1",
+        "--expr",
+        "coffee AND NOT starbucks",
+        "--polygon",
+        "[[[0,0],[4,0],[4,1],[1,1],[1,4],[0,4],[0,0]]]",
+        "--predicate",
+        "price<=5",
+        "--predicate",
+        "category in food, drinks",
+        *common,
+    )
+    assert (code, out) == (0, "subscribed p1\n")
+    sub = fake.subs["p1"]
+    assert sub.negated == (("starbucks",),) and len(sub.region.rings[0]) == 7
+    assert [(p.attr, p.op, p.value) for p in sub.predicates] == [
+        ("price", "<=", 5.0),
+        ("category", "in", ("drinks", "food")),
+    ]
+    for point, attrs, matched in (
+        (("0.5", "3"), ["price=4.5", "category=food"], 1),
+        (("3", "3"), ["price=4.5", "category=food"], 0),  # in the box, not the L
+        (("0.5", "3"), ["price=9", "category=food"], 0),
+        (("0.5", "3"), ["category=food"], 0),  # no price: the predicate does not hold
+    ):
+        argv = ["publish", "--keywords", "coffee", "--point", *point, "--id", "m"]
+        for a in attrs:
+            argv += ["--attr", a]
+        code, out, _ = run(capsys, *argv, *common)
+        assert (code, out) == (0, f"published m: {matched} matched\n"), attrs
 
 
 def test_unreachable_coordinator_exits_1_with_a_hint(capsys, tmp_path):

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shard.errors import ExpressionError
-from shard.expr import format_dnf, parse_expr
+from shard.expr import format_condition, format_dnf, parse_condition, parse_expr
 from shard.limits import MAX_EXPR_DEPTH, MAX_EXPR_LEN
 from shard.terms import _ascii_keyword_terms, _terms, message_terms, normalize_term, tokenize
 
@@ -53,8 +53,12 @@ def test_parse(text, dnf):
         ("(a", "unclosed"),
         ("a)", "unexpected ')'"),
         ("a & b", "'&' at position 2"),
-        ("NOT a", "NOT"),
-        ("a and not b", "NOT"),
+        ("NOT a", "'NOT a' has no positive term"),
+        ("a OR NOT b", "'NOT b' has no positive term"),
+        ("NOT (a b)", "no positive"),
+        ("a AND NOT a", "can never hold"),
+        ("a NOT", "end of expression"),
+        ("a " + " ".join(f"NOT n{i}" for i in range(17)), "more than 16 negated terms"),
         (" ".join(f"(x{i} OR y{i})" for i in range(7)), "64 DNF clauses"),
         (" ".join(f"t{i}" for i in range(17)), "more than 16 terms"),
         ("a" * 5000, "longer than 4096"),
@@ -62,7 +66,7 @@ def test_parse(text, dnf):
 )
 def test_parse_errors(text, needle):
     with pytest.raises(ExpressionError) as e:
-        parse_expr(text)
+        parse_condition(text)
     assert e.value.field == "expr" and needle in str(e.value)
 
 
@@ -103,12 +107,16 @@ TERMS = ["a", "b", "c", "d"]
 
 
 @st.composite
-def expressions(draw, depth=0):
+def expressions(draw, depth=0, negations=False):
     if depth > 2 or draw(st.booleans()):
-        return draw(st.sampled_from(TERMS))
+        term = draw(st.sampled_from(TERMS))
+        return f"NOT {term}" if negations and draw(st.integers(0, 3)) == 0 else term
     op = draw(st.sampled_from([" AND ", " OR ", " "]))
-    parts = draw(st.lists(expressions(depth=depth + 1), min_size=2, max_size=3))
-    return "(" + op.join(parts) + ")"
+    parts = draw(
+        st.lists(expressions(depth=depth + 1, negations=negations), min_size=2, max_size=3)
+    )
+    out = "(" + op.join(parts) + ")"
+    return "NOT " + out if negations and draw(st.integers(0, 4)) == 0 else out
 
 
 def evaluate(text: str, present: set[str]) -> bool:
@@ -119,9 +127,9 @@ def evaluate(text: str, present: set[str]) -> bool:
         if t in ("AND", "OR"):
             out.append(t.lower())
             continue
-        if i and toks[i - 1] not in ("AND", "OR", "(") and t != ")":
+        if i and toks[i - 1] not in ("AND", "OR", "(", "NOT") and t != ")":
             out.append("and")
-        out.append(t if t in "()" else str(t in present))
+        out.append("not" if t == "NOT" else t if t in "()" else str(t in present))
     return eval(" ".join(out))  # noqa: S307 - test-only, tokens are ours
 
 
@@ -132,6 +140,35 @@ def test_dnf_is_equivalent(text):
         for present in itertools.combinations(TERMS, r):
             s = set(present)
             assert any(set(c) <= s for c in dnf) == evaluate(text, s), (text, dnf, s)
+
+
+@given(expressions(negations=True))
+def test_dnf_with_not_is_equivalent_or_refused_for_a_clause_without_a_positive_term(text):
+    """NOT pushed inward: the DNF with its negations holds exactly where the expression does.
+    It is refused for a clause without a positive term exactly when the expression holds on a
+    message with none of the terms (such a clause is what holds there), and as never holding
+    exactly when it holds nowhere."""
+    try:
+        clauses, negated = parse_condition(text)
+    except ExpressionError as e:
+        if "no positive term" in str(e):
+            assert evaluate(text, set()), text
+        else:
+            assert "can never hold" in str(e), e
+            assert not any(
+                evaluate(text, set(p))
+                for r in range(len(TERMS) + 1)
+                for p in itertools.combinations(TERMS, r)
+            )
+        return
+    assert not evaluate(text, set())
+    neg = negated or ((),) * len(clauses)
+    for r in range(len(TERMS) + 1):
+        for present in itertools.combinations(TERMS, r):
+            s = set(present)
+            got = any(set(c) <= s and s.isdisjoint(n) for c, n in zip(clauses, neg, strict=True))
+            assert got == evaluate(text, s), (text, clauses, negated, s)
+    assert parse_condition(format_condition(clauses, negated)) == (clauses, negated)
 
 
 @given(st.text(alphabet=st.characters(max_codepoint=127), max_size=20))

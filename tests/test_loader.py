@@ -5,6 +5,8 @@ of Ray shards whose matches equal the brute-force oracle."""
 from __future__ import annotations
 
 import asyncio
+import csv
+import io
 import json
 import os
 import random
@@ -57,8 +59,11 @@ BAD_ROWS = [
 ]
 
 
-def _good(rng: random.Random, n: int, prefix: str = "s") -> list[dict]:
-    return [subscription_to_dict(random_subscription(rng, f"{prefix}{i}")) for i in range(n)]
+def _good(rng: random.Random, n: int, prefix: str = "s", extras: float = 0.0) -> list[dict]:
+    return [
+        subscription_to_dict(random_subscription(rng, f"{prefix}{i}", extras=extras))
+        for i in range(n)
+    ]
 
 
 # ---- the pure transform ---------------------------------------------------------------------
@@ -97,26 +102,32 @@ def test_a_valid_record_is_the_core_encoding_box_and_terms():
 
 def test_csv_and_parquet_rows_mean_what_the_json_form_means():
     rng = random.Random(2)
-    for d in _good(rng, 200):
+    n_extra = 0
+    for i, d in enumerate(_good(rng, 200, extras=0.4)):
         sub = subscription_from_dict(d)
+        n_extra += not sub.plain
         rect = d.get("rect", ["", "", "", ""])
         circle = d.get("circle", ["", "", ""])
         kws = " ".join(d.get("keywords", []))
         expr = d.get("expr", "")
-        line = ",".join(
-            [
-                d["id"],
-                kws,
-                f'"{expr}"',
-                *map(str, rect),
-                *map(str, circle),
-                str(d.get("moving", "")),
-            ]
+        poly = json.dumps(d["polygon"]) if "polygon" in d else ""
+        preds = json.dumps(d["predicates"]) if "predicates" in d else ""
+        cells = [d["id"], kws, expr, *map(str, rect), *map(str, circle), str(d.get("moving", ""))]
+        if i % 2 or poly or preds:  # the new layout; else the 11 columns of before
+            cells += [poly, preds]
+        out = io.StringIO()
+        csv.writer(out).writerow(cells)
+        got_csv = subscription_from_dict(transform.csv_payload(out.getvalue().strip()))
+        assert (got_csv.id, got_csv.clauses, got_csv.negated, got_csv.region) == (
+            sub.id,
+            sub.clauses,
+            sub.negated,
+            sub.region,
         )
-        got_csv = subscription_from_dict(transform.csv_payload(line))
-        assert (got_csv.id, got_csv.clauses, got_csv.region) == (sub.id, sub.clauses, sub.region)
-        row = tuple(d.get(c) for c in transform.PARQUET_COLUMNS)
+        assert got_csv.predicates == sub.predicates
+        row = tuple(json.dumps(d[c]) if c == "predicates" and c in d else d.get(c) for c in transform.PARQUET_COLUMNS)  # fmt: skip
         assert subscription_from_dict(transform.parquet_payload(row)) == sub
+    assert n_extra > 50
     assert transform.csv_payload(transform.CSV_HEADER) is None
     with pytest.raises(ValidationError, match=r"rect\[1\]='north': must be a number"):
         subscription_from_dict(transform.csv_payload("a,x,,0,north,1,1,,,,"))
@@ -203,7 +214,7 @@ def test_csv_and_parquet_inputs_load_the_same_and_reject_by_line_and_row(
     spark, redis_url, tmp_path
 ):
     rng = random.Random(4)
-    rows = _good(rng, 150)
+    rows = _good(rng, 150, extras=0.3)
     path = tmp_path / "subs.jsonl"
     write_jsonl(
         path, [*rows[:40], {"id": "bad", "keywords": ["x"], "rect": [0, 0, 1, 99]}, *rows[40:]]

@@ -110,8 +110,10 @@ def test_bad_subscription_names_field_and_value(d, field, value):
 
 def test_bad_expression_is_expression_error():
     with pytest.raises(ExpressionError) as e:
-        subscription_from_dict(sub(keywords=..., expr="a AND NOT b"))
-    assert e.value.field == "expr" and "NOT" in str(e.value)
+        subscription_from_dict(sub(keywords=..., expr="a OR NOT b"))
+    assert e.value.field == "expr" and "'NOT b' has no positive term" in str(e.value)
+    with pytest.raises(ExpressionError, match="can never hold"):
+        subscription_from_dict(sub(keywords=..., expr="a AND NOT a"))
 
 
 def test_good_message_terms_from_keywords_and_text():

@@ -3,6 +3,7 @@ shard untouched, and snapshot / restore that must reproduce every future update.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import pickle
 import random
@@ -40,6 +41,10 @@ class ShardVersusOracle(RuleBasedStateMachine):
     """Every batch operation interleaved, plus snapshot/restore and rejected batches; after every
     step a client applying the updates in order holds exactly the oracle's result sets."""
 
+    extras = 0.0
+    """The share of subscriptions with each of NOT, a polygon, predicates (and messages then
+    carry attributes): ``tests/test_conditions.py``."""
+
     @initialize(
         theta_p=st.sampled_from([2, 4, 40]),
         fanout=st.sampled_from([4, 9, 200]),
@@ -74,7 +79,8 @@ class ShardVersusOracle(RuleBasedStateMachine):
             else:
                 sid = f"s{self.n}"
                 self.n += 1
-            subs.append(as_moving(random_subscription(rng, sid), rng.random() < 0.85))
+            sub = random_subscription(rng, sid, extras=self.extras)
+            subs.append(as_moving(sub, rng.random() < 0.85))
         now = self._tick(dt)
         self.mirror.apply(self.state.subscribe_batch(subs, now))
         for sub in subs:
@@ -118,13 +124,15 @@ class ShardVersusOracle(RuleBasedStateMachine):
         rng = random.Random(seed)
         msgs = []
         for _ in range(k):
-            m = random_message(rng, f"m{self.n}")
+            m = random_message(rng, f"m{self.n}", attributes=self.extras > 0)
             self.n += 1
             if self.mirror.subs and rng.random() < 0.6:  # aimed at a subscription: a match
                 target = self.mirror.subs[rng.choice(sorted(self.mirror.subs))]
                 terms = tuple(sorted(set(rng.choice(target.clauses)) | set(m.terms[:2])))
-                m = Message(m.id, terms, Point(*region_centre(target.region)))
-            msgs.append(Message(m.id, m.terms, m.location, ttl=ttl))
+                m = Message(
+                    m.id, terms, Point(*region_centre(target.region)), attributes=m.attributes
+                )
+            msgs.append(Message(m.id, m.terms, m.location, ttl=ttl, attributes=m.attributes))
         now = self._tick(dt)
         updates = self.state.publish_batch(msgs, now)
         self.mirror.apply([u for u in updates if u[1] == REMOVE])
@@ -154,7 +162,7 @@ class ShardVersusOracle(RuleBasedStateMachine):
         self.mirror.apply(self.state.move_batch(moves, now))
         for sid, p in moves:
             old = self.mirror.subs[sid]
-            self.mirror.subs[sid] = Subscription(sid, old.clauses, recentre(old.region, p), True)
+            self.mirror.subs[sid] = dataclasses.replace(old, region=recentre(old.region, p))
 
     @rule(dt=st.sampled_from([0.5, 1.0, 2.0, 5.0]))
     def advance(self, dt):

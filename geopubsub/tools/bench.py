@@ -45,6 +45,7 @@ from shard.applus import APPlusTree
 from shard.aptree import APTree
 from shard.aptree.tree import KEYWORD_ORDERS
 from shard.brute import BruteMatcher
+from shard.conditions import StaticChecker
 from shard.errors import ValidationError
 from shard.events import read_events
 from shard.indexes import INDEX_NAMES, index_class
@@ -251,11 +252,14 @@ def _report_bad(args, errors: list[str]) -> None:
         _log(args, f"  ... and {len(errors) - 10} more bad lines")
 
 
-def _match_all(index, msgs: list[Message], args) -> tuple[float, list[tuple[str, str]] | int]:
+def _match_all(
+    index, msgs: list[Message], args, checker: StaticChecker | None = None
+) -> tuple[float, list[tuple[str, str]] | int]:
     """Match in batches; returns (seconds, pairs list if --out else count). An index with the
     encoded path (``encode`` / ``match_encoded``) is timed by phase too: ``index.phase_s`` holds
     the seconds spent encoding messages, in the compiled match and turning slots into ids
-    (``match_batch`` is exactly those three)."""
+    (``match_batch`` is exactly those three). ``checker``: the conditions the index does not
+    check (NOT, polygons, predicates), tested on its pairs, timed with the match."""
     want_pairs = getattr(args, "out", None) is not None
     pairs: list[tuple[str, str]] = []
     count = 0
@@ -270,6 +274,8 @@ def _match_all(index, msgs: list[Message], args) -> tuple[float, list[tuple[str,
             encoded = index.encode(batch)
             b = time.perf_counter()
             out_m, out_s = index.match_encoded(encoded)
+            if checker is not None:
+                out_m, out_s = checker.filter(index.store, batch, out_m, out_s)
             c = time.perf_counter()
             result = index.ids_of(len(batch), out_m, out_s)
             phase[0] += b - a
@@ -310,6 +316,7 @@ def run_match(args) -> int:
     matches: list[float] = []
     phases: list[list[float]] = []
     index: APTree | InvertedList | BruteMatcher | RivalIndex
+    checker = StaticChecker()  # NOT, polygons, predicates: tested on the index's pairs
     if args.index != "brute":
         if args.index == "aptree":
             index = APTree(**_tree_options(args))
@@ -317,7 +324,8 @@ def run_match(args) -> int:
             index = InvertedList()
         else:
             index = index_class(args.index)(**index_options(args.index_option))
-        index.store.add_bulk(_read_subs(args, errors))
+        index.store.add_bulk(checker.cores(_read_subs(args, errors)))
+        checker.bind(index.store)
         load_s = time.perf_counter() - t0
         _log(args, f"loaded {len(index):,} subscriptions, {len(msgs):,} messages in {load_s:.1f} s")
         beside = isinstance(index, APTree) and args.invlist_baseline
@@ -331,10 +339,10 @@ def run_match(args) -> int:
             builds.append(time.perf_counter() - t1)
             _log(args, f"run {run + 1}: built {args.index} in {builds[-1]:.2f} s; matching")
             if beside:  # both, in turn, twice; the second pass of each timed (see _in_turn)
-                (match_s, result, phase), listed = _in_turn(index, msgs, args)
+                (match_s, result, phase), listed = _in_turn(index, msgs, args, checker)
                 lists.append(listed)
             else:
-                match_s, result = _match_all(index, msgs, args)
+                match_s, result = _match_all(index, msgs, args, checker)
                 phase = index.phase_s
             matches.append(match_s)
             phases.append(phase)
@@ -365,6 +373,7 @@ def run_match(args) -> int:
     report = {
         "index": args.index,
         "n_subs": n_subs,
+        "with_conditions": len(checker),
         "n_msgs": len(msgs),
         "build_s": round(build_s, 3),
         "load_s": round(load_s, 3),
@@ -384,7 +393,9 @@ def run_match(args) -> int:
     if isinstance(index, APTree) and args.invlist_baseline:
         report["invlist"], invlist = _invlist_beside(args, msgs, report, result, lists)
     if args.index != "brute" and args.baseline_sample > 0 and msgs:
-        report["baseline"] = _baseline(args, index, msgs[: args.baseline_sample], report, invlist)
+        report["baseline"] = _baseline(
+            args, index, msgs[: args.baseline_sample], report, invlist, checker
+        )
     if args.json:
         print(json.dumps(report))
     else:
@@ -392,7 +403,7 @@ def run_match(args) -> int:
     return 0
 
 
-def _in_turn(tree: APTree, msgs: list[Message], args):
+def _in_turn(tree: APTree, msgs: list[Message], args, checker: StaticChecker):
     """The keyword-first inverted list built over the tree's own store (no second load), then
     both matched on every message in turn, tree, list, tree, list: each index's second pass is
     the one timed, so that each follows the other's pass (the subscription ids both turn slots
@@ -402,11 +413,11 @@ def _in_turn(tree: APTree, msgs: list[Message], args):
     t0 = time.perf_counter()
     invlist = InvertedList.from_store(tree.store)
     build_s = time.perf_counter() - t0
-    _match_all(tree, msgs, args)
-    _match_all(invlist, msgs, args)
-    tree_s, tree_result = _match_all(tree, msgs, args)
+    _match_all(tree, msgs, args, checker)
+    _match_all(invlist, msgs, args, checker)
+    tree_s, tree_result = _match_all(tree, msgs, args, checker)
     tree_phases = tree.phase_s
-    list_s, list_result = _match_all(invlist, msgs, args)
+    list_s, list_result = _match_all(invlist, msgs, args, checker)
     return (tree_s, tree_result, tree_phases), (
         build_s,
         list_s,
@@ -444,7 +455,12 @@ def _invlist_beside(
 
 
 def _baseline(
-    args, index, msgs: list[Message], report: dict, invlist: InvertedList | None = None
+    args,
+    index,
+    msgs: list[Message],
+    report: dict,
+    invlist: InvertedList | None = None,
+    checker: StaticChecker | None = None,
 ) -> dict:
     """Brute force on a sample in the same run, with hit counts of each index on that sample
     (the inverted list's too when it ran beside the AP-Tree)."""
@@ -454,9 +470,10 @@ def _baseline(
     t0 = time.perf_counter()
     expected = brute.match_batch(msgs)
     brute_s = time.perf_counter() - t0
-    results = {args.index: index.match_batch(msgs)}
+    checker = checker or StaticChecker()
+    results = {args.index: checker.match(index, msgs)}
     if invlist is not None:
-        results["invlist"] = invlist.match_batch(msgs)
+        results["invlist"] = checker.match(invlist, msgs)
     agree = all(
         sorted(a) == sorted(b)
         for got in results.values()

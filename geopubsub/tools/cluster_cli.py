@@ -14,6 +14,7 @@ import argparse
 import functools
 import json
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -166,6 +167,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--rect", nargs=4, type=float, metavar=("MIN_LON", "MIN_LAT", "MAX_LON", "MAX_LAT")
     )
     region.add_argument("--circle", nargs=3, type=float, metavar=("LON", "LAT", "RADIUS_M"))
+    region.add_argument(
+        "--polygon",
+        metavar="JSON",
+        help="rings as JSON, the exterior first, each closed: '[[[0,0],[2,0],[0,2],[0,0]]]'",
+    )
+    s.add_argument(
+        "--predicate",
+        action="append",
+        default=[],
+        metavar="COND",
+        help="a condition on the messages' attributes, all must hold (repeat): 'price<=5', "
+        "'category in food,drinks', 'price between 1,5', 'rating>=4', or a JSON object",
+    )
     s.add_argument("--moving", action="store_true", help="a moving subscription (geopubsub move)")
     s.add_argument(
         "--follow",
@@ -190,6 +204,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--ttl", type=float, default=0.0, help="seconds the message stays live (0: one-shot)"
     )
     p.add_argument("--id", default="", help="message id (default: assigned by the server)")
+    p.add_argument(
+        "--attr",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an attribute (repeat): price=4.5 (a number), category=food (a string; quote a "
+        "number to make it one: code='\"7\"')",
+    )
     p.set_defaults(func=run_publish)
 
     m = sub.add_parser("move", parents=[remote], help="move a moving subscription")
@@ -323,6 +345,67 @@ def run_status(args: argparse.Namespace) -> int:
     )
 
 
+# ---- attribute syntax of the CLI ------------------------------------------------------------
+_PREDICATE = re.compile(
+    r"\s*([^\s<>=!]+?)\s*(<=|>=|!=|==|=|<|>|\bnot\s+in\b|\bin\b|\bbetween\b|\brange\b)\s*(.*?)\s*$",
+    re.IGNORECASE,
+)
+
+
+def _json_arg(flag: str, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ValidationError(flag, text, f"not JSON: {exc}") from None
+
+
+def _scalar(text: str) -> float | str:
+    """A number where the text is one, else the text (quotes taken off: '"7"' is a string)."""
+    t = text.strip()
+    if len(t) >= 2 and t[0] == t[-1] and t[0] in "\"'":
+        return t[1:-1]
+    try:
+        return float(t)
+    except ValueError:
+        return t
+
+
+def parse_predicate(text: str) -> dict[str, Any]:
+    """A ``--predicate``: a JSON object, or ``ATTR OP VALUE`` with OP one of ``< <= > >= = !=
+    in, not in, between`` and a comma-separated list after the last three. The value is checked
+    by the core (``shard.attributes``), which names what is wrong.
+
+    >>> parse_predicate("price<=5"), parse_predicate("category not in food, drinks")
+    ({'attr': 'price', 'op': '<=', 'value': 5.0}, {'attr': 'category', 'op': 'not in', 'value': ['food', 'drinks']})
+    """
+    if text.lstrip().startswith("{"):
+        return _json_arg("--predicate", text)
+    m = _PREDICATE.fullmatch(text)
+    if m is None or not m[3]:
+        raise ValidationError(
+            "--predicate", text, "expected ATTR OP VALUE, e.g. 'price<=5' or 'category in a,b'"
+        )
+    op = " ".join(m[2].lower().split())
+    value: Any = m[3]
+    if op in ("in", "not in", "between", "range"):
+        value = [_scalar(v) for v in value.split(",")]
+    else:
+        value = _scalar(value)
+    return {"attr": m[1], "op": op, "value": value}
+
+
+def parse_attribute(text: str) -> tuple[str, float | str]:
+    """An ``--attr NAME=VALUE``.
+
+    >>> parse_attribute("price=4.5"), parse_attribute('code="7"')
+    (('price', 4.5), ('code', '7'))
+    """
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise ValidationError("--attr", text, "expected NAME=VALUE, e.g. price=4.5")
+    return name.strip(), _scalar(value)
+
+
 # ---- client commands ------------------------------------------------------------------------
 @_reports_errors
 def run_subscribe(args: argparse.Namespace) -> int:
@@ -333,6 +416,8 @@ def run_subscribe(args: argparse.Namespace) -> int:
             expr=args.expr,
             rect=args.rect,
             circle=args.circle,
+            polygon=_json_arg("--polygon", args.polygon) if args.polygon else None,
+            predicates=[parse_predicate(t) for t in args.predicate] or None,
             moving=args.moving,
         )
         print(f"subscribed {sid}", flush=True)
@@ -364,6 +449,7 @@ def run_publish(args: argparse.Namespace) -> int:
             text=args.text,
             ttl_s=args.ttl,
             id=args.id,
+            attributes=dict(parse_attribute(t) for t in args.attr),
         )
     print(f"published {result.id}: {result.matched} matched")
     return 0

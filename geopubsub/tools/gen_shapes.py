@@ -3,6 +3,9 @@ share: the paper's DNF expression shape and the checks of the options both take.
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+
 import numpy as np
 
 from shard.errors import ValidationError
@@ -47,3 +50,121 @@ def check_shapes(
         raise ValidationError(
             "--min-area", (min_area, max_area), "need 0 < min-area <= max-area <= 1"
         )
+
+
+# ---- conditions beyond terms and a rectangle ([2.7]) ----------------------------------------
+CATEGORIES = ("food", "drinks", "books", "toys", "music", "games", "garden", "tools", "shoes", "phones", "travel", "health")  # fmt: skip
+"""A message's ``category`` attribute: one of these, Zipf-popular in this order."""
+
+_WORD = re.compile(r"\w+")
+
+
+@dataclass(frozen=True)
+class ConditionShares:
+    """Shares of subscriptions given each condition (independently), and whether messages
+    carry attributes (on whenever a share of subscriptions has predicates)."""
+
+    not_share: float = 0.0
+    polygon_share: float = 0.0
+    predicate_share: float = 0.0
+    attributes: bool = False
+
+    def check(self) -> None:
+        for name, v in (
+            ("--not-share", self.not_share),
+            ("--polygon-share", self.polygon_share),
+            ("--predicate-share", self.predicate_share),
+        ):
+            if not 0.0 <= v <= 1.0:
+                raise ValidationError(name, v, "must be in [0, 1]")
+
+    @property
+    def any(self) -> bool:
+        return bool(self.not_share or self.polygon_share or self.predicate_share)
+
+    @property
+    def messages_have_attributes(self) -> bool:
+        return self.attributes or self.predicate_share > 0
+
+
+def message_attributes(rng: np.random.Generator) -> dict:
+    """``price`` (log-normal, median ~20, 90 % of messages), ``category`` (Zipf over
+    ``CATEGORIES``, 85 %), ``rating`` (1-5, 60 %)."""
+    out: dict = {}
+    if rng.random() < 0.9:
+        out["price"] = round(float(rng.lognormal(3.0, 0.8)), 2)
+    if rng.random() < 0.85:
+        p = 1.0 / np.arange(1, len(CATEGORIES) + 1)
+        out["category"] = CATEGORIES[int(rng.choice(len(CATEGORIES), p=p / p.sum()))]
+    if rng.random() < 0.6:
+        out["rating"] = int(rng.integers(1, 6))
+    return out
+
+
+def _predicates(rng: np.random.Generator) -> list[dict]:
+    out = []
+    for attr in rng.choice(["price", "category", "rating"], int(rng.integers(1, 3)), replace=False):
+        r = rng.random()
+        if attr == "price":
+            x = round(float(rng.lognormal(3.0, 0.8)), 0)
+            if r < 0.6:
+                out.append({"attr": "price", "op": "<=", "value": x})
+            else:
+                out.append({"attr": "price", "op": "between", "value": [x / 2, x * 2]})
+        elif attr == "category":
+            cats = [str(c) for c in rng.choice(CATEGORIES, int(rng.integers(1, 4)), replace=False)]
+            op = "in" if r < 0.7 else "not in"
+            out.append({"attr": "category", "op": op, "value": cats})
+        else:
+            out.append({"attr": "rating", "op": ">=", "value": int(rng.integers(2, 6))})
+    return out
+
+
+def _polygon_in(rect: list[float], rng: np.random.Generator) -> list:
+    """A star-shaped polygon (6-24 vertices at sorted angles, radii 55-100 % of the ellipse
+    inscribed in ``rect``): valid by construction, as large as the rectangle's ellipse."""
+    x0, y0, x1, y1 = rect
+    cx, cy, a, b = (x0 + x1) / 2, (y0 + y1) / 2, (x1 - x0) / 2, (y1 - y0) / 2
+    k = int(rng.integers(6, 25))
+    angles = np.sort(rng.uniform(0, 2 * np.pi, k))
+    radii = rng.uniform(0.55, 1.0, k)
+    ring = [
+        [round(cx + a * r * np.cos(t), 6), round(cy + b * r * np.sin(t), 6)]
+        for t, r in zip(angles.tolist(), radii.tolist(), strict=True)
+    ]
+    ring = [pt for i, pt in enumerate(ring) if i == 0 or pt != ring[i - 1]]
+    return [[*ring, ring[0]]]
+
+
+def add_conditions(
+    rng: np.random.Generator,
+    d: dict,
+    shares: ConditionShares,
+    others: list[str],
+    counts: dict,
+) -> None:
+    """Give the subscription ``d`` (workload form) each condition with its share: ``AND NOT``
+    one of ``others`` (terms that occur beside its own in the message it was drawn from, so
+    the negation bites), a star-shaped polygon in place of its rectangle, 1-2 predicates on the
+    messages' attributes (``message_attributes``). Counted in ``counts``."""
+    if rng.random() < shares.not_share:
+        own = set(d.get("keywords") or _WORD.findall(d.get("expr", "")))
+        pool = [t for t in others if t not in own and _WORD.fullmatch(t)]
+        plain_words = all(_WORD.fullmatch(t) for t in d.get("keywords", ()))
+        if pool and plain_words:
+            neg = pool[int(rng.integers(len(pool)))]
+            if "keywords" in d:
+                d["expr"] = " AND ".join(d.pop("keywords")) + f" AND NOT {neg}"
+            else:
+                d["expr"] = f"({d['expr']}) AND NOT {neg}"
+            counts["not"] = counts.get("not", 0) + 1
+    if rng.random() < shares.polygon_share and "rect" in d:
+        d["polygon"] = _polygon_in(d.pop("rect"), rng)
+        counts["polygon"] = counts.get("polygon", 0) + 1
+    if rng.random() < shares.predicate_share:
+        d["predicates"] = _predicates(rng)
+        counts["predicates"] = counts.get("predicates", 0) + 1
+
+
+NO_CONDITIONS = ConditionShares()
+"""The generators' default: plain subscriptions, messages without attributes."""

@@ -37,26 +37,69 @@ class Circle(_message.Message):
     radius_m: float
     def __init__(self, lon: _Optional[float] = ..., lat: _Optional[float] = ..., radius_m: _Optional[float] = ...) -> None: ...
 
+class Polygon(_message.Message):
+    __slots__ = ("rings",)
+    RINGS_FIELD_NUMBER: _ClassVar[int]
+    rings: _containers.RepeatedCompositeFieldContainer[Ring]
+    def __init__(self, rings: _Optional[_Iterable[_Union[Ring, _Mapping]]] = ...) -> None: ...
+
+class Ring(_message.Message):
+    __slots__ = ("points",)
+    POINTS_FIELD_NUMBER: _ClassVar[int]
+    points: _containers.RepeatedCompositeFieldContainer[Point]
+    def __init__(self, points: _Optional[_Iterable[_Union[Point, _Mapping]]] = ...) -> None: ...
+
+class AttributeValue(_message.Message):
+    __slots__ = ("number", "text")
+    NUMBER_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    number: float
+    text: str
+    def __init__(self, number: _Optional[float] = ..., text: _Optional[str] = ...) -> None: ...
+
+class Predicate(_message.Message):
+    __slots__ = ("attr", "op", "value", "values")
+    ATTR_FIELD_NUMBER: _ClassVar[int]
+    OP_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    attr: str
+    op: str
+    value: AttributeValue
+    values: _containers.RepeatedCompositeFieldContainer[AttributeValue]
+    def __init__(self, attr: _Optional[str] = ..., op: _Optional[str] = ..., value: _Optional[_Union[AttributeValue, _Mapping]] = ..., values: _Optional[_Iterable[_Union[AttributeValue, _Mapping]]] = ...) -> None: ...
+
 class Subscription(_message.Message):
-    __slots__ = ("id", "keywords", "expr", "rect", "circle", "moving", "ephemeral")
+    __slots__ = ("id", "keywords", "expr", "rect", "circle", "polygon", "moving", "ephemeral", "predicates")
     ID_FIELD_NUMBER: _ClassVar[int]
     KEYWORDS_FIELD_NUMBER: _ClassVar[int]
     EXPR_FIELD_NUMBER: _ClassVar[int]
     RECT_FIELD_NUMBER: _ClassVar[int]
     CIRCLE_FIELD_NUMBER: _ClassVar[int]
+    POLYGON_FIELD_NUMBER: _ClassVar[int]
     MOVING_FIELD_NUMBER: _ClassVar[int]
     EPHEMERAL_FIELD_NUMBER: _ClassVar[int]
+    PREDICATES_FIELD_NUMBER: _ClassVar[int]
     id: str
     keywords: _containers.RepeatedScalarFieldContainer[str]
     expr: str
     rect: Rect
     circle: Circle
+    polygon: Polygon
     moving: bool
     ephemeral: bool
-    def __init__(self, id: _Optional[str] = ..., keywords: _Optional[_Iterable[str]] = ..., expr: _Optional[str] = ..., rect: _Optional[_Union[Rect, _Mapping]] = ..., circle: _Optional[_Union[Circle, _Mapping]] = ..., moving: bool = ..., ephemeral: bool = ...) -> None: ...
+    predicates: _containers.RepeatedCompositeFieldContainer[Predicate]
+    def __init__(self, id: _Optional[str] = ..., keywords: _Optional[_Iterable[str]] = ..., expr: _Optional[str] = ..., rect: _Optional[_Union[Rect, _Mapping]] = ..., circle: _Optional[_Union[Circle, _Mapping]] = ..., polygon: _Optional[_Union[Polygon, _Mapping]] = ..., moving: bool = ..., ephemeral: bool = ..., predicates: _Optional[_Iterable[_Union[Predicate, _Mapping]]] = ...) -> None: ...
 
 class Message(_message.Message):
-    __slots__ = ("id", "keywords", "text", "point", "rect", "ttl_s", "time")
+    __slots__ = ("id", "keywords", "text", "point", "rect", "ttl_s", "time", "attributes")
+    class AttributesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: AttributeValue
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[AttributeValue, _Mapping]] = ...) -> None: ...
     ID_FIELD_NUMBER: _ClassVar[int]
     KEYWORDS_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
@@ -64,6 +107,7 @@ class Message(_message.Message):
     RECT_FIELD_NUMBER: _ClassVar[int]
     TTL_S_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
     id: str
     keywords: _containers.RepeatedScalarFieldContainer[str]
     text: str
@@ -71,7 +115,8 @@ class Message(_message.Message):
     rect: Rect
     ttl_s: float
     time: float
-    def __init__(self, id: _Optional[str] = ..., keywords: _Optional[_Iterable[str]] = ..., text: _Optional[str] = ..., point: _Optional[_Union[Point, _Mapping]] = ..., rect: _Optional[_Union[Rect, _Mapping]] = ..., ttl_s: _Optional[float] = ..., time: _Optional[float] = ...) -> None: ...
+    attributes: _containers.MessageMap[str, AttributeValue]
+    def __init__(self, id: _Optional[str] = ..., keywords: _Optional[_Iterable[str]] = ..., text: _Optional[str] = ..., point: _Optional[_Union[Point, _Mapping]] = ..., rect: _Optional[_Union[Rect, _Mapping]] = ..., ttl_s: _Optional[float] = ..., time: _Optional[float] = ..., attributes: _Optional[_Mapping[str, AttributeValue]] = ...) -> None: ...
 
 class Delivery(_message.Message):
     __slots__ = ("subscription_id", "sequence", "kind", "message", "time", "gap_from")

@@ -54,7 +54,18 @@ from shard.aptree.match import pack_terms, traverse_kernel
 from shard.aptree.tree import APTree, EncodedMessages
 from shard.errors import ValidationError
 from shard.geometry import KIND_CIRCLE, location_bbox
-from shard.model import ADD, REMOVE, Circle, Message, Point, Rect, Subscription, Update
+from shard.model import (
+    ADD,
+    REMOVE,
+    Circle,
+    Message,
+    Point,
+    Polygon,
+    Rect,
+    Region,
+    Subscription,
+    Update,
+)
 
 DEFAULT_DUP_LIMIT = 64
 """Leaves a message may be stored in before it stays at an ancestor level (Sect. 4.2.4)."""
@@ -232,6 +243,13 @@ class APPlusTree(APTree):
         self._maybe_purge()
         return ids, counts, tags
 
+    def expire_slots(self, now: float) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """``advance`` answered as (the expired messages' ids, and for each of their holders the
+        index of the message in that list and the holder's store slot)."""
+        out = self._expire(now)
+        self._maybe_purge()
+        return out
+
     def _expire(self, now: float) -> tuple[list[str], np.ndarray, np.ndarray]:
         """Move the clock to ``now`` and pop the expired messages: (their ids, and for each of
         their holders the index of the message in that list and the holder's store slot)."""
@@ -290,6 +308,10 @@ class APPlusTree(APTree):
         reached): two integer arrays, nothing per delivery."""
         updates, slots, counts = self._publish_slots(messages, now)
         return updates, self.store.tag[slots], counts
+
+    def publish_slots(self, messages: Sequence[Message], now: float):
+        """Publish; returns (expirations, the store slots reached by message, the counts)."""
+        return self._publish_slots(messages, now)
 
     def _publish_slots(self, messages: Sequence[Message], now: float):
         """Publish; returns (expirations, the store slots reached by message, the counts)."""
@@ -557,15 +579,19 @@ def subscription_form(store, slot: int):
     return off, terms, int(store.kind[slot]), store.bbox[slot].copy(), store.circ[slot].copy()
 
 
-def recentre(region: Rect | Circle, p: Point) -> Rect | Circle:
+def recentre(region: Region, p: Point) -> Region:
     """The region moved so that its centre is ``p``; a rect keeps width and height and is
-    shifted back inside the world where it would leave it.
+    shifted back inside the world where it would leave it; a polygon moves its box as a rect
+    (``Polygon``: the rings follow the box).
 
     >>> recentre(Rect(0, 0, 2, 2), Point(179.5, 0))
     Rect(min_lon=178.0, min_lat=-1.0, max_lon=180.0, max_lat=1.0)
     """
     if isinstance(region, Circle):
         return Circle(p.lon, p.lat, region.radius_m)
+    if isinstance(region, Polygon):
+        b = recentre(Rect(*region.box), p)
+        return Polygon(region.rings, region.base, (b.min_lon, b.min_lat, b.max_lon, b.max_lat))
     w = region.max_lon - region.min_lon
     h = region.max_lat - region.min_lat
     x0 = min(max(p.lon - w / 2, -180.0), 180.0 - w)

@@ -66,6 +66,10 @@ class SubscriptionStore:
         """Estimated seconds between its location updates (0: not known yet)."""
         self.last_t = np.full(slot_cap, -np.inf)
         """Time of its last location update (or subscription)."""
+        self.extra = np.zeros(slot_cap, np.int32)
+        """0, or 1 + the row of the subscription's conditions that this index does not check
+        (NOT, a polygon, predicates: ``shard.conditions``): its matches are candidates, checked
+        by the owner of those rows (``shard.residual``, ``StaticChecker``)."""
         self.tag = np.full(slot_cap, -1, np.int32)
         """The owner's number for the subscription (the coordinator's slot), reported instead of
         its id where deliveries are counted in bulk (``publish_tagged``); -1: none given."""
@@ -131,6 +135,7 @@ class SubscriptionStore:
         self.upd_dt = _resized(self.upd_dt, cap)
         self.last_t = _resized(self.last_t, cap, -np.inf)
         self.tag = _resized(self.tag, cap, -1)
+        self.extra = _resized(self.extra, cap)
         self.ids = _resized(self.ids, cap, None)
 
     def _grow_clauses(self, need: int) -> None:
@@ -258,6 +263,7 @@ class SubscriptionStore:
         self.upd_dt[slots] = 0.0
         self.last_t[slots] = -np.inf
         self.tag[slots] = -1
+        self.extra[slots] = 0
 
     def _clause_rows(self, k: int) -> int:
         """The first of ``k`` consecutive clause rows: a freed block of ``k``, else new rows
@@ -351,6 +357,7 @@ class SubscriptionStore:
         del self.slot_of[sub_id]
         self.ids[slot] = None
         self.tag[slot] = -1
+        self.extra[slot] = 0
         first, k = int(self.first_clause[slot]), int(self.n_clauses[slot])
         for c in range(first, first + k):
             self.term_garbage += int(self.cl_len[c])
@@ -390,7 +397,7 @@ class SubscriptionStore:
         offs = np.zeros(k, np.int64)
         np.cumsum(lens[:-1].astype(np.int64), out=offs[1:])
         slot_cap = max(n, 1024)
-        for name in ("kind", "bbox", "circ", "moving", "vel", "upd_dt", "last_t", "tag"):
+        for name in ("kind", "bbox", "circ", "moving", "vel", "upd_dt", "last_t", "tag", "extra"):
             col = getattr(self, name)
             fresh = np.full((slot_cap,) + col.shape[1:], -1 if name == "tag" else 0, col.dtype)
             fresh[:n] = col[order]

@@ -108,6 +108,10 @@ class HostedIndex:
             self.grid.rebuild(self.msgs)
         return ids, out_m, out_s
 
+    def expire_slots(self, now: float) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """(expired ids, message index and store slot of every holder): ``APPlusTree``'s."""
+        return self._expire(now)
+
     def advance(self, now: float) -> list[Update]:
         """Expire every message with t + ttl <= now: (s, -m) for each s whose result holds m."""
         ids, out_m, out_s = self._expire(now)
@@ -120,6 +124,10 @@ class HostedIndex:
         return ids, counts, self.store.tag[out_s[np.argsort(out_m, kind="stable")]]
 
     # ---- messages -------------------------------------------------------------------------------
+    def publish_slots(self, messages: Sequence[Message], now: float):
+        """(expirations, the store slots reached by message, the counts): ``APPlusTree``'s."""
+        return self._publish_slots(messages, now)
+
     def _publish_slots(self, messages: Sequence[Message], now: float):
         updates = self.advance(now)
         store = self.store
@@ -152,8 +160,9 @@ class HostedIndex:
         return updates, self.store.tag[slots], counts
 
     # ---- subscriptions --------------------------------------------------------------------------
-    def _place(self, sub: Subscription, tag: int = -1) -> list[Update]:
-        """Add or replace ``sub`` in the index: its updates against the live messages."""
+    def _place(self, sub: Subscription, tag: int = -1, extra: int = 0) -> list[Update]:
+        """Add or replace ``sub`` in the index: its updates against the live messages (``tag``
+        and ``extra``: the store columns a move keeps)."""
         store = self.store
         slot = store.slot_of.get(sub.id)
         old = _NONE_FORM if slot is None else subscription_form(store, slot)
@@ -161,6 +170,7 @@ class HostedIndex:
         slot = store.slot_of[sub.id]
         store.last_t[slot] = self.now
         store.tag[slot] = tag
+        store.extra[slot] = extra
         new = subscription_form(store, slot)
         if old is _NONE_FORM or _same_clauses(old, new):
             return self._diff(sub.id, old, new)
@@ -203,7 +213,7 @@ class HostedIndex:
             )
             region = recentre(self.region_of(slot), point)
             sub = Subscription(sub_id, clauses, region, moving=True)
-            updates += self._place(sub, int(store.tag[slot]))
+            updates += self._place(sub, int(store.tag[slot]), int(store.extra[slot]))
         return updates
 
     def region_of(self, slot: int) -> Rect | Circle:

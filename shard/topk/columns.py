@@ -14,7 +14,7 @@ Where the paper is ambiguous
 * Table 2 maps a predicate to an interval over ``[v_min, v_max]``; we use ``[−inf, +inf]`` as
   the domain (no schema needed) and closed intervals throughout (``< v`` becomes ``[−inf, v]``,
   a superset of ``[v_min, v)``): the interval is only ever a bound, every candidate is scored
-  exactly (``kernels.holds``).
+  exactly (``shard.predicates.holds``).
 * Interned strings are never forgotten (an unsubscribe leaves its strings' ids in the table).
 """
 

@@ -1,7 +1,8 @@
 """Compiled pieces every top-k index shares (paper 001, Sect. 3.1 and 5.2): the exact score ψ
 of one subscription slot (Eq. 1-4, bit-identical to ``shard.topk.model.score``), the spatial
 bound (Eq. 6), the closed form of the combined bound (Eq. 8), the running top-k threshold and
-the candidate buffer that keeps ties exact.
+the candidate buffer that keeps ties exact. The exact check of one predicate, ``holds``, is
+``shard.predicates``'s (shared with boolean subscriptions).
 
 Ties are kept exact without comparing string ids in compiled code: a search keeps the k best
 scores in a min-heap (``offer``; its root is the threshold τ once it holds k) and puts every
@@ -24,50 +25,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from shard.topk.model import OP_BETWEEN, OP_EQ, OP_GE, OP_GT, OP_IN, OP_LE, OP_LT, OP_NE, OP_NOT_IN
+from shard.predicates import holds
 
 BOUND_SLACK = 1e-9
 """Slack of every pruning test (scores are in [0, 1]; rounding differences are ~1e-16)."""
-
-_EQ, _NE, _LT, _LE, _GT, _GE = OP_EQ, OP_NE, OP_LT, OP_LE, OP_GT, OP_GE
-_IN, _NOT_IN, _BETWEEN = OP_IN, OP_NOT_IN, OP_BETWEEN
-
-
-@njit(cache=True, inline="always")
-def in_set(v, set_vals, start, n):
-    """Whether ``v`` is among the sorted ``set_vals[start:start + n]`` (binary search)."""
-    lo = start
-    hi = start + n
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if set_vals[mid] < v:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo < start + n and set_vals[lo] == v
-
-
-@njit(cache=True, inline="always")
-def holds(op, v, a, b, set_vals, sstart, slen):
-    """``check`` of Eq. 3, exact for every operator (``!=`` and ``not in`` included). O(log n)
-    for the lists, O(1) otherwise."""
-    if op == _EQ:
-        return v == a
-    if op == _NE:
-        return v != a
-    if op == _LT:
-        return v < a
-    if op == _LE:
-        return v <= a
-    if op == _GT:
-        return v > a
-    if op == _GE:
-        return v >= a
-    if op == _BETWEEN:
-        return a <= v and v <= b
-    if op == _IN:
-        return in_set(v, set_vals, sstart, slen)
-    return not in_set(v, set_vals, sstart, slen)
 
 
 @njit(cache=True, inline="always")

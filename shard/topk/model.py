@@ -26,7 +26,9 @@ paper's ``∈_i``). ``<, <=, >, >=, between`` take numbers; ``=, !=, in, not in`
 a string (an ``in`` list is all numbers or all strings). Numbers are float64 from parsing on (an
 integer beyond 2^53 is rounded), so every implementation compares the same values.
 
-Exact semantics of ``check`` (Eq. 3) used by every index:
+The predicates, the attributes, their validation, limits and ``predicate_holds`` are
+``shard.attributes`` (boolean subscriptions use them too, without weights); this module adds the
+weights, α, the point and the score. Exact semantics of ``check`` (Eq. 3) used by every index:
 
 * A predicate on an attribute the event lacks does not hold (Eq. 2 sums only over attributes
   the event has).
@@ -68,59 +70,82 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shard.attributes import (
+    MAX_ATTR_NAME_LEN,
+    MAX_ATTRIBUTES,
+    MAX_PREDICATES,
+    MAX_SET_VALUES,
+    MAX_STRING_VALUE_LEN,
+    OP_BETWEEN,
+    OP_EQ,
+    OP_GE,
+    OP_GT,
+    OP_IN,
+    OP_LE,
+    OP_LT,
+    OP_NE,
+    OP_NOT_IN,
+    OPS,
+    WEIGHT_SUM_TOLERANCE,
+    Predicate,
+    Scalar,
+    attributes_from_mapping,
+    attributes_to_mapping,
+    predicate_holds,
+    predicates_from_list,
+    predicates_to_list,
+    reject_unknown,
+    validate_attr,
+    validate_number,
+)
 from shard.errors import ValidationError
 from shard.model import Point, validate_id, validate_point
 from shard.workload import iter_jsonl
 
-MAX_PREDICATES = 32
-"""Predicates in one subscription. The paper's longest subscriptions have 6 (Table 4, L_s)."""
+__all__ = [
+    "DEFAULT_MAX_DIST",
+    "MAX_ATTR_NAME_LEN",
+    "MAX_EVENT_ATTRS",
+    "MAX_PREDICATES",
+    "MAX_SET_VALUES",
+    "MAX_STRING_VALUE_LEN",
+    "OPS",
+    "OP_BETWEEN",
+    "OP_EQ",
+    "OP_GE",
+    "OP_GT",
+    "OP_IN",
+    "OP_LE",
+    "OP_LT",
+    "OP_NE",
+    "OP_NOT_IN",
+    "WEIGHT_SUM_TOLERANCE",
+    "Predicate",
+    "Scalar",
+    "TopKEvent",
+    "TopKSubscription",
+    "bbox_diagonal",
+    "event_from_dict",
+    "event_to_dict",
+    "predicate_holds",
+    "ranked",
+    "read_events",
+    "read_subscriptions",
+    "score",
+    "subscription_from_dict",
+    "subscription_to_dict",
+    "validate_attr",
+    "validate_k",
+]
+"""The predicate model lives in ``shard.attributes`` (shared with boolean subscriptions); its
+names are re-exported here for the top-k code."""
 
-MAX_SET_VALUES = 64
-"""Values in an ``in`` / ``not in`` list (checked by a scan in the kernels)."""
-
-MAX_ATTR_NAME_LEN = 64
-"""Characters of an attribute name (1-64 printable characters)."""
-
-MAX_STRING_VALUE_LEN = 256
-"""Characters of a string value (predicate or event)."""
-
-MAX_EVENT_ATTRS = 64
-"""Attributes of one event. The paper's longest events have 14 (Table 4, L_e)."""
-
-WEIGHT_SUM_TOLERANCE = 1e-9
-"""Weights whose sum is within this of 1 are kept as given (see "Weights" above)."""
+MAX_EVENT_ATTRS = MAX_ATTRIBUTES
+"""Attributes of one event (``shard.attributes.MAX_ATTRIBUTES``, the name kept for callers)."""
 
 DEFAULT_MAX_DIST = math.sqrt(360.0 * 360.0 + 180.0 * 180.0)
 """MaxDist of Eq. 4 unless an index is given another: the diagonal of [-180, 180] x [-90, 90]
 in degrees, the largest distance two valid points can have, so ψ_s never needs clamping."""
-
-OPS = ("=", "!=", "<", "<=", ">", ">=", "in", "not in", "between")
-"""Canonical operator names; the index of each is its op code in the compiled columns."""
-
-OP_EQ, OP_NE, OP_LT, OP_LE, OP_GT, OP_GE, OP_IN, OP_NOT_IN, OP_BETWEEN = range(9)
-
-_ALIASES = {"==": "=", "range": "between"}
-_NUMERIC_ONLY = frozenset({"<", "<=", ">", ">=", "between"})
-_SET_OPS = frozenset({"in", "not in"})
-
-Scalar = float | str
-
-
-@dataclass(frozen=True, slots=True)
-class Predicate:
-    """``<attr, op, value, weight>``; ``value`` is a float or str, a sorted tuple of distinct
-    floats or strs (``in`` / ``not in``) or ``(lo, hi)`` floats (``between``); ``weight`` is the
-    normalised ω."""
-
-    attr: str
-    op: str
-    value: Scalar | tuple[Scalar, ...]
-    weight: float
-
-    @property
-    def is_string(self) -> bool:
-        v = self.value
-        return isinstance(v[0] if isinstance(v, tuple) else v, str)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,75 +171,10 @@ class TopKEvent:
 
 
 # ---- validation ------------------------------------------------------------------------------
-def _number(field: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValidationError(field, value, "must be a number")
-    try:
-        x = float(value)
-    except OverflowError:
-        raise ValidationError(field, value, "must be finite") from None
-    if not math.isfinite(x):
-        raise ValidationError(field, value, "must be finite")
-    return x
-
-
-def _scalar(field: str, value: Any) -> Scalar:
-    if isinstance(value, str):
-        if len(value) > MAX_STRING_VALUE_LEN:
-            raise ValidationError(field, value, f"longer than {MAX_STRING_VALUE_LEN} characters")
-        return value
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValidationError(field, value, "must be a number or a string")
-    return _number(field, value)
-
-
-def validate_attr(field: str, value: Any) -> str:
-    """1-64 printable characters."""
-    if not isinstance(value, str):
-        raise ValidationError(field, value, "must be a string")
-    if not 1 <= len(value) <= MAX_ATTR_NAME_LEN:
-        raise ValidationError(field, value, f"must be 1-{MAX_ATTR_NAME_LEN} characters")
-    if not value.isprintable():
-        raise ValidationError(field, value, "must contain printable characters only")
-    return value
-
-
 def _point(field: str, value: Any) -> Point:
     if isinstance(value, str | bytes) or not isinstance(value, Sequence) or len(value) != 2:
         raise ValidationError(field, value, "must be a list [lon, lat]")
     return validate_point(field, value[0], value[1])
-
-
-def _unknown(where: str, d: Mapping[str, Any], allowed: frozenset[str]) -> None:
-    for k in d:
-        if k not in allowed:
-            raise ValidationError(f"{where}{k}", d[k], "unknown field")
-
-
-def _predicate_value(field: str, op: str, value: Any) -> Scalar | tuple[Scalar, ...]:
-    if op == "between":
-        if isinstance(value, str | bytes) or not isinstance(value, Sequence) or len(value) != 2:
-            raise ValidationError(field, value, "must be a list [lo, hi] of numbers")
-        lo, hi = _number(f"{field}[0]", value[0]), _number(f"{field}[1]", value[1])
-        if lo > hi:
-            raise ValidationError(f"{field}[1]", value[1], f"hi < lo {value[0]}")
-        return (lo, hi)
-    if op in _SET_OPS:
-        if isinstance(value, str | bytes) or not isinstance(value, Sequence):
-            raise ValidationError(field, value, "must be a list of numbers or of strings")
-        if not 1 <= len(value) <= MAX_SET_VALUES:
-            raise ValidationError(field, value, f"must hold 1-{MAX_SET_VALUES} values")
-        items = [_scalar(f"{field}[{i}]", v) for i, v in enumerate(value)]
-        is_str = isinstance(items[0], str)
-        for i, v in enumerate(items):
-            if isinstance(v, str) != is_str:
-                raise ValidationError(
-                    f"{field}[{i}]", value[i], "an in-list is all numbers or all strings"
-                )
-        return tuple(sorted(set(items)))  # type: ignore[type-var]
-    if op in _NUMERIC_ONLY:
-        return _number(field, value)
-    return _scalar(field, value)
 
 
 def subscription_from_dict(d: Mapping[str, Any]) -> TopKSubscription:
@@ -229,45 +189,10 @@ def subscription_from_dict(d: Mapping[str, Any]) -> TopKSubscription:
     """
     if not isinstance(d, Mapping):
         raise ValidationError("subscription", d, "must be an object")
-    _unknown("", d, frozenset({"id", "predicates", "alpha", "point"}))
+    reject_unknown("", d, frozenset({"id", "predicates", "alpha", "point"}))
     sid = validate_id("id", d.get("id"))
-    preds = d.get("predicates")
-    if isinstance(preds, str | bytes) or not isinstance(preds, Sequence):
-        raise ValidationError("predicates", preds, "must be a list of predicates")
-    if not 1 <= len(preds) <= MAX_PREDICATES:
-        raise ValidationError("predicates", preds, f"must hold 1-{MAX_PREDICATES} predicates")
-    seen: dict[str, int] = {}
-    raw: list[tuple[str, str, Any, float]] = []
-    for i, p in enumerate(preds):
-        f = f"predicates[{i}]"
-        if not isinstance(p, Mapping):
-            raise ValidationError(f, p, "must be an object")
-        _unknown(f"{f}.", p, frozenset({"attr", "op", "value", "weight"}))
-        attr = validate_attr(f"{f}.attr", p.get("attr"))
-        if attr in seen:
-            raise ValidationError(
-                f"{f}.attr",
-                attr,
-                f"attribute already constrained by predicates[{seen[attr]}] (use between)",
-            )
-        seen[attr] = i
-        op = p.get("op")
-        op = _ALIASES.get(op, op) if isinstance(op, str) else op
-        if op not in OPS:
-            raise ValidationError(f"{f}.op", p.get("op"), f"must be one of {', '.join(OPS)}")
-        if "value" not in p:
-            raise ValidationError(f"{f}.value", None, "missing")
-        value = _predicate_value(f"{f}.value", op, p["value"])
-        w = _number(f"{f}.weight", p.get("weight", 1.0))
-        if w <= 0.0:
-            raise ValidationError(f"{f}.weight", p.get("weight"), "must be > 0")
-        raw.append((attr, op, value, w))
-    total = math.fsum(r[3] for r in raw)
-    if not math.isfinite(total):
-        raise ValidationError("predicates", preds, "the weights' sum must be finite")
-    scale = abs(total - 1.0) > WEIGHT_SUM_TOLERANCE
-    predicates = tuple(Predicate(a, o, v, (w / total) if scale else w) for a, o, v, w in raw)
-    alpha = _number("alpha", d.get("alpha", 0.5))
+    predicates = predicates_from_list("predicates", d.get("predicates"), weighted=True)
+    alpha = validate_number("alpha", d.get("alpha", 0.5))
     if not 0.0 <= alpha <= 1.0:
         raise ValidationError("alpha", d.get("alpha"), "must be in [0, 1]")
     if "point" not in d:
@@ -283,34 +208,19 @@ def event_from_dict(d: Mapping[str, Any]) -> TopKEvent:
     """
     if not isinstance(d, Mapping):
         raise ValidationError("event", d, "must be an object")
-    _unknown("", d, frozenset({"id", "attributes", "point"}))
+    reject_unknown("", d, frozenset({"id", "attributes", "point"}))
     eid = validate_id("id", d.get("id"))
-    attrs = d.get("attributes", {})
-    if not isinstance(attrs, Mapping):
-        raise ValidationError("attributes", attrs, "must be an object")
-    if len(attrs) > MAX_EVENT_ATTRS:
-        raise ValidationError("attributes", attrs, f"at most {MAX_EVENT_ATTRS} attributes")
-    items = []
-    for name, value in attrs.items():
-        validate_attr(f"attributes.{name}", name)
-        items.append((name, _scalar(f"attributes.{name}", value)))
+    attrs = attributes_from_mapping("attributes", d.get("attributes", {}))
     if "point" not in d:
         raise ValidationError("point", None, "missing")
-    return TopKEvent(eid, tuple(sorted(items)), _point("point", d["point"]))
-
-
-def _json_value(v: Scalar | tuple[Scalar, ...]) -> Any:
-    return list(v) if isinstance(v, tuple) else v
+    return TopKEvent(eid, attrs, _point("point", d["point"]))
 
 
 def subscription_to_dict(s: TopKSubscription) -> dict[str, Any]:
     """The JSON form; ``subscription_from_dict`` of it gives ``s`` back exactly."""
     return {
         "id": s.id,
-        "predicates": [
-            {"attr": p.attr, "op": p.op, "value": _json_value(p.value), "weight": p.weight}
-            for p in s.predicates
-        ],
+        "predicates": predicates_to_list(s.predicates, weighted=True),
         "alpha": s.alpha,
         "point": [s.point.lon, s.point.lat],
     }
@@ -318,39 +228,14 @@ def subscription_to_dict(s: TopKSubscription) -> dict[str, Any]:
 
 def event_to_dict(e: TopKEvent) -> dict[str, Any]:
     """The JSON form; ``event_from_dict`` of it gives ``e`` back exactly."""
-    return {"id": e.id, "attributes": dict(e.attributes), "point": [e.point.lon, e.point.lat]}
+    return {
+        "id": e.id,
+        "attributes": attributes_to_mapping(e.attributes),
+        "point": [e.point.lon, e.point.lat],
+    }
 
 
 # ---- the reference score (Definition 3), plain Python -------------------------------------
-def predicate_holds(p: Predicate, value: Scalar | None) -> bool:
-    """``check`` of Eq. 3 with the exact semantics of the module docstring.
-
-    >>> p = Predicate("a", "not in", ("x", "y"), 1.0)
-    >>> predicate_holds(p, "z"), predicate_holds(p, "x"), predicate_holds(p, 3.0)
-    (True, False, False)
-    """
-    if value is None or isinstance(value, str) != p.is_string:
-        return False
-    op, a = p.op, p.value
-    if op == "=":
-        return value == a
-    if op == "!=":
-        return value != a
-    if op == "in":
-        return value in a  # type: ignore[operator]
-    if op == "not in":
-        return value not in a  # type: ignore[operator]
-    if op == "between":
-        return a[0] <= value <= a[1]  # type: ignore[index,operator]
-    if op == "<":
-        return value < a  # type: ignore[operator]
-    if op == "<=":
-        return value <= a  # type: ignore[operator]
-    if op == ">":
-        return value > a  # type: ignore[operator]
-    return value >= a  # type: ignore[operator]
-
-
 def score(sub: TopKSubscription, event: TopKEvent, max_dist: float = DEFAULT_MAX_DIST) -> float:
     """ψ(e, s) of Eq. 1, summed in predicate order exactly as the compiled kernels do, so the
     floats are bit-identical.

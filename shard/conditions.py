@@ -1,0 +1,352 @@
+"""``ConditionColumns``: the conditions an index does not check (NOT terms, a polygon, attribute
+predicates) of many subscriptions as columns, and their exact test over a batch of candidate
+pairs in compiled calls.
+
+One row per subscription that is not plain (``Subscription.plain``): its DNF clauses (the terms
+each needs and the terms it must not meet, as ids of this table's own vocabulary), its polygon
+(a row of a ``shard.polygon.PolygonColumns``, the centre of its base box) and its predicates (a
+row of a ``shard.predicates.PredicateColumns``). ``check`` decides pairs (row, message of a
+batch): some clause holds on the message's terms (a binary search per term over the message's
+sorted ids), the message meets the polygon where the pair's box has it now (``check_pairs`` of
+``shard.polygon``, the offset computed as ``shard.model.polygon_offset`` does), and every
+predicate holds (``check_pairs`` of ``shard.predicates``): three compiled calls a batch, each
+over the pairs that need it. The semantics are ``shard.brute.subscription_matches``'s; the
+region's own box or circle is the index's to test.
+
+>>> from shard.model import Message, Point, Rect, Subscription
+>>> c = ConditionColumns()
+>>> r = c.add(Subscription("s", (("coffee",),), Rect(0, 0, 1, 1), negated=(("starbucks",),)))
+>>> batch = c.encode([Message("a", ("coffee",), Point(0, 0)), Message("b", ("coffee", "starbucks"), Point(0, 0))])
+>>> c.check(np.array([r, r]), np.array([0, 1]), np.zeros((2, 4)), batch).tolist()
+[True, False]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from shard.model import Message, Point, Polygon, Subscription
+from shard.polygon import MSG_POINT, MSG_RECT, PolygonColumns
+from shard.polygon import check_pairs as polygon_pairs
+from shard.predicates import AttributeBatch, PredicateColumns
+from shard.predicates import check_pairs as predicate_pairs
+
+COMPACT_MIN_DEAD = 4096
+"""The clause pool is rewritten once its dead rows outnumber the live ones and are at least this
+many (a pass is O(live rows))."""
+
+
+class ConditionBatch(NamedTuple):
+    """A batch of messages as ``ConditionColumns.check`` reads them: each message's known term
+    ids ascending (``off`` / ``terms``), its kind (``MSG_POINT`` / ``MSG_RECT``) and box, and its
+    attributes (``shard.predicates.AttributeBatch``)."""
+
+    off: np.ndarray
+    terms: np.ndarray
+    kind: np.ndarray
+    geom: np.ndarray
+    attrs: AttributeBatch
+
+
+def _grown(a: np.ndarray, need: int, fill=0) -> np.ndarray:
+    if need <= a.shape[0]:
+        return a
+    b = np.full((max(need, 2 * a.shape[0], 16),) + a.shape[1:], fill, a.dtype)
+    b[: a.shape[0]] = a
+    return b
+
+
+class ConditionColumns:
+    """Rows of conditions (module docstring). ``add`` / ``remove`` O(terms + vertices +
+    predicates), amortised; rows are reused."""
+
+    def __init__(self) -> None:
+        self.vocab: dict[str, int] = {}
+        self.polygons = PolygonColumns()
+        self.predicates = PredicateColumns()
+        self.c_first = np.zeros(0, np.int64)
+        self.c_n = np.zeros(0, np.int32)
+        self.poly = np.zeros(0, np.int64)
+        self.pred = np.zeros(0, np.int64)
+        self.centre = np.zeros((0, 2))
+        """The centre of each polygon's base box ((x0 + x2) / 2, (y0 + y2) / 2)."""
+        self.n_rows = 0
+        self.free: list[int] = []
+        self.live = 0
+        # clause pool: clause k needs tpool[pos_off[k]:pos_off[k] + pos_len[k]] and must not
+        # meet tpool[neg_off[k]:neg_off[k] + neg_len[k]]
+        self.pos_off = np.zeros(0, np.int64)
+        self.pos_len = np.zeros(0, np.int32)
+        self.neg_off = np.zeros(0, np.int64)
+        self.neg_len = np.zeros(0, np.int32)
+        self.tpool = np.zeros(0, np.int32)
+        self.n_clauses = 0
+        self.n_terms = 0
+        self.dead_clauses = 0
+
+    def __len__(self) -> int:
+        return self.live
+
+    def _term(self, t: str) -> int:
+        i = self.vocab.get(t)
+        if i is None:
+            i = self.vocab[t] = len(self.vocab)
+        return i
+
+    # ---- rows ---------------------------------------------------------------------------------
+    def add(self, sub: Subscription) -> int:
+        """Store ``sub``'s conditions; returns its row."""
+        r = self.free.pop() if self.free else self._new_row()
+        self.live += 1
+        neg = sub.negated or ((),) * len(sub.clauses)
+        self.c_first[r], self.c_n[r] = self._add_clauses(sub.clauses, neg)
+        region = sub.region
+        if type(region) is Polygon:
+            self.poly[r] = self.polygons.add(region.rings)
+            b = region.base
+            self.centre[r] = ((b[0] + b[2]) / 2, (b[1] + b[3]) / 2)
+        else:
+            self.poly[r] = -1
+        self.pred[r] = self.predicates.add(sub.predicates) if sub.predicates else -1
+        return r
+
+    def _new_row(self) -> int:
+        r = self.n_rows
+        self.n_rows += 1
+        n = self.n_rows
+        self.c_first = _grown(self.c_first, n)
+        self.c_n = _grown(self.c_n, n)
+        self.poly = _grown(self.poly, n, -1)
+        self.pred = _grown(self.pred, n, -1)
+        self.centre = _grown(self.centre, n)
+        return r
+
+    def _add_clauses(self, clauses, negated) -> tuple[int, int]:
+        k0 = self.n_clauses
+        k = len(clauses)
+        n_t = sum(len(c) for c in clauses) + sum(len(n) for n in negated)
+        self.pos_off = _grown(self.pos_off, k0 + k)
+        self.pos_len = _grown(self.pos_len, k0 + k)
+        self.neg_off = _grown(self.neg_off, k0 + k)
+        self.neg_len = _grown(self.neg_len, k0 + k)
+        self.tpool = _grown(self.tpool, self.n_terms + n_t)
+        t = self.n_terms
+        for i, (pos, neg) in enumerate(zip(clauses, negated, strict=True)):
+            for terms, off, length in ((pos, self.pos_off, self.pos_len), (neg, self.neg_off, self.neg_len)):  # fmt: skip
+                ids = sorted(self._term(x) for x in terms)
+                off[k0 + i] = t
+                length[k0 + i] = len(ids)
+                self.tpool[t : t + len(ids)] = ids
+                t += len(ids)
+        self.n_terms = t
+        self.n_clauses = k0 + k
+        return k0, k
+
+    def remove(self, r: int) -> None:
+        """Forget row ``r``."""
+        if self.poly[r] >= 0:
+            self.polygons.remove(int(self.poly[r]))
+        if self.pred[r] >= 0:
+            self.predicates.remove(int(self.pred[r]))
+        self.dead_clauses += int(self.c_n[r])
+        self.c_n[r] = 0
+        self.poly[r] = self.pred[r] = -1
+        self.free.append(r)
+        self.live -= 1
+        if self.dead_clauses >= max(COMPACT_MIN_DEAD, self.n_clauses - self.dead_clauses):
+            self._compact()
+
+    def _compact(self) -> None:
+        """Rewrite the clause and term pools with the live rows' clauses only. O(live)."""
+        pos_off, pos_len, neg_off, neg_len, pool = [], [], [], [], []
+        for r in np.flatnonzero(self.c_n[: self.n_rows] > 0).tolist():
+            first = len(pos_off)
+            for k in range(int(self.c_first[r]), int(self.c_first[r] + self.c_n[r])):
+                for off, length, src_off, src_len in (
+                    (pos_off, pos_len, self.pos_off, self.pos_len),
+                    (neg_off, neg_len, self.neg_off, self.neg_len),
+                ):
+                    a, n = int(src_off[k]), int(src_len[k])
+                    off.append(len(pool))
+                    length.append(n)
+                    pool.extend(self.tpool[a : a + n].tolist())
+            self.c_first[r] = first
+        self.pos_off, self.pos_len = np.array(pos_off, np.int64), np.array(pos_len, np.int32)
+        self.neg_off, self.neg_len = np.array(neg_off, np.int64), np.array(neg_len, np.int32)
+        self.tpool = np.array(pool, np.int32)
+        self.n_clauses, self.n_terms = len(pos_off), len(pool)
+        self.dead_clauses = 0
+
+    # ---- batches ------------------------------------------------------------------------------
+    def encode(self, messages: Sequence[Message]) -> ConditionBatch:
+        """A batch's messages as ``check`` reads them. O(terms + attributes)."""
+        get = self.vocab.get
+        off = np.zeros(len(messages) + 1, np.int64)
+        ids: list[int] = []
+        kind = np.empty(len(messages), np.int64)
+        geom = np.empty((len(messages), 4))
+        for i, m in enumerate(messages):
+            known = sorted(x for x in map(get, m.terms) if x is not None)
+            ids += known
+            off[i + 1] = len(ids)
+            loc = m.location
+            if type(loc) is Point:
+                kind[i] = MSG_POINT
+                geom[i] = (loc.lon, loc.lat, loc.lon, loc.lat)
+            else:
+                kind[i] = MSG_RECT
+                geom[i] = (loc.min_lon, loc.min_lat, loc.max_lon, loc.max_lat)
+        attrs = self.predicates.encode_messages([m.attributes for m in messages])
+        return ConditionBatch(off, np.asarray(ids, np.int32), kind, geom, attrs)
+
+    def check(
+        self, rows: np.ndarray, msg: np.ndarray, boxes: np.ndarray, batch: ConditionBatch
+    ) -> np.ndarray:
+        """Whether each pair (row ``rows[i]``, message ``msg[i]`` of ``batch``) holds, the
+        polygon where the pair's ``boxes[i]`` (the index's box of the subscription now) has it.
+        Three compiled calls; O(clause terms · log message terms + vertices + predicates) a
+        pair."""
+        rows = np.ascontiguousarray(rows, np.int64)
+        msg = np.ascontiguousarray(msg, np.int64)
+        ok = _clauses_hold(
+            rows,
+            msg,
+            self.c_first,
+            self.c_n,
+            self.pos_off,
+            self.pos_len,
+            self.neg_off,
+            self.neg_len,
+            self.tpool,
+            batch.off,
+            batch.terms,
+        )
+        poly = self.poly[rows]
+        sel = np.flatnonzero(ok & (poly >= 0))
+        if sel.size:
+            b = boxes[sel]
+            c = self.centre[rows[sel]]
+            dx = (b[:, 0] + b[:, 2]) / 2 - c[:, 0]
+            dy = (b[:, 1] + b[:, 3]) / 2 - c[:, 1]
+            m = msg[sel]
+            ok[sel] = polygon_pairs(
+                *self.polygons.columns(), poly[sel], dx, dy, batch.kind[m], batch.geom[m]
+            )
+        pred = self.pred[rows]
+        sel = np.flatnonzero(ok & (pred >= 0))
+        if sel.size:
+            ok[sel] = predicate_pairs(self.predicates, pred[sel], msg[sel], batch.attrs)
+        return ok
+
+
+@njit(cache=True)
+def _has(terms, a, b, t) -> bool:
+    """Is ``t`` among the ascending ``terms[a:b]``? Binary search."""
+    lo = a
+    hi = b
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if terms[mid] < t:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo < b and terms[lo] == t
+
+
+@njit(cache=True)
+def _clauses_hold(rows, msg, c_first, c_n, pos_off, pos_len, neg_off, neg_len, tpool, m_off, m_terms):  # fmt: skip
+    """For each pair: does some clause of row ``rows[i]`` hold on message ``msg[i]``'s terms
+    (its terms all there, none of its negated ones)?"""
+    out = np.zeros(rows.shape[0], np.bool_)
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        a = m_off[msg[i]]
+        b = m_off[msg[i] + 1]
+        for k in range(c_first[r], c_first[r] + c_n[r]):
+            ok = True
+            for j in range(pos_off[k], pos_off[k] + pos_len[k]):
+                if not _has(m_terms, a, b, tpool[j]):
+                    ok = False
+                    break
+            if ok:
+                for j in range(neg_off[k], neg_off[k] + neg_len[k]):
+                    if _has(m_terms, a, b, tpool[j]):
+                        ok = False
+                        break
+            if ok:
+                out[i] = True
+                break
+    return out
+
+
+class StaticChecker:
+    """The exact test of the conditions for a static index (``bench match``): the index holds
+    the subscriptions' core forms (``cores``), marked in its store (``bind``), and the pairs its
+    ``match_encoded`` gives are filtered here (``filter``). An empty checker passes everything, and costs nothing.
+
+    >>> from shard.aptree.tree import APTree
+    >>> from shard.model import Message, Point, Rect, Subscription
+    >>> chk = StaticChecker()
+    >>> subs = [Subscription("s", (("coffee",),), Rect(0, 0, 1, 1), negated=(("starbucks",),))]
+    >>> tree = APTree.build(list(chk.cores(subs)))
+    >>> chk.bind(tree.store)
+    >>> chk.match(tree, [Message("a", ("coffee", "starbucks"), Point(0, 0)), Message("b", ("coffee",), Point(0, 0))])
+    [[], ['s']]
+    """
+
+    def __init__(self) -> None:
+        self.cond = ConditionColumns()
+        self.row_of: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.row_of)
+
+    def cores(self, subs):
+        """``subs`` as their core forms (``shard.residual.core_form``), those with conditions
+        recorded (a later one with the same id replaces an earlier one)."""
+        from shard.residual import core_form
+
+        for sub in subs:
+            row = self.row_of.pop(sub.id, None)
+            if row is not None:
+                self.cond.remove(row)
+            if not sub.plain:
+                self.row_of[sub.id] = self.cond.add(sub)
+            yield core_form(sub)
+
+    def bind(self, store) -> None:
+        """Mark the recorded subscriptions' rows in ``store``'s ``extra`` column (the index's
+        rebuilds carry it). Once, after the index is loaded. O(subscriptions with conditions)."""
+        for sid, row in self.row_of.items():
+            slot = store.slot_of.get(sid)
+            if slot is not None:
+                store.extra[slot] = row + 1
+
+    def filter(self, store, messages: Sequence[Message], out_m: np.ndarray, out_s: np.ndarray):
+        """The pairs (message index, store slot) that hold: those of subscriptions without
+        conditions, and the others' that ``ConditionColumns.check`` passes."""
+        if not self.row_of:
+            return out_m, out_s
+        rows = store.extra[out_s].astype(np.int64) - 1
+        flagged = np.flatnonzero(rows >= 0)
+        if not flagged.size:
+            return out_m, out_s
+        fm = out_m[flagged]
+        qs = np.unique(fm)
+        batch = self.cond.encode([messages[q] for q in qs.tolist()])
+        ok = self.cond.check(
+            rows[flagged], np.searchsorted(qs, fm), store.bbox[out_s[flagged]], batch
+        )
+        keep = np.ones(out_m.shape[0], np.bool_)
+        keep[flagged] = ok
+        return out_m[keep], out_s[keep]
+
+    def match(self, index, messages: Sequence[Message]) -> list[list[str]]:
+        """``index.match_batch(messages)`` with the conditions checked."""
+        out_m, out_s = index.match_encoded(index.encode(messages))
+        out_m, out_s = self.filter(index.store, messages, out_m, out_s)
+        return index.ids_of(len(messages), out_m, out_s)

@@ -1,0 +1,214 @@
+"""Subscriptions that say more than terms in a rectangle or circle (NOT, polygons, attribute
+predicates; ``shard.residual``) in a shard on every index: the shard's state machine of
+``tests/test_shard_state.py`` with half of the subscriptions carrying each condition and the
+messages carrying attributes, a client applying the updates in order holding exactly the
+oracle's result sets after every step (moves of polygons, replacements between plain and not,
+expiry, detach, snapshot / restore included)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+import uuid
+
+import grpc
+import hypothesis.strategies as st
+import pytest
+from hypothesis import settings
+from hypothesis.stateful import initialize
+
+from geopubsub.convert import from_proto_subscription, to_proto_message
+from geopubsub.v1 import geopubsub_pb2 as pb
+from shard.brute import subscription_matches
+from shard.applus import recentre
+from shard.indexes import RIVAL_NAMES
+from shard.model import ADD, REMOVE, Message, Point, subscription_from_dict
+from shard.state import ShardState
+from tests.clusters import Cluster, coordinator_settings, subscribe_all
+from tests.test_shard_state import ShardVersusOracle
+from tests.workloads import (
+    Mirror,
+    apply_op,
+    as_moving,
+    random_message,
+    random_ops,
+    random_subscription,
+)
+
+
+class ConditionsVersusOracle(ShardVersusOracle):
+    extras = 0.5
+
+
+TestConditionsVersusOracle = ConditionsVersusOracle.TestCase
+TestConditionsVersusOracle.settings = settings(
+    max_examples=150, stateful_step_count=50, deadline=None
+)
+
+
+def _hosted(name: str):
+    class HostedConditions(ConditionsVersusOracle):
+        @initialize(t0=st.sampled_from([0.0, 1.7e9 + 0.1]))
+        def setup(self, t0):
+            self.state = ShardState(7, index=name)
+            self.mirror = Mirror()
+            self.now = t0
+            self.n = 0
+
+    HostedConditions.__name__ = f"HostedConditions_{name}"
+    return HostedConditions
+
+
+for _name in RIVAL_NAMES:
+    _case = _hosted(_name).TestCase
+    _case.settings = settings(max_examples=4, stateful_step_count=25, deadline=None)
+    globals()[f"TestHostedConditions_{_name.replace('+', 'plus')}"] = _case
+
+
+# ---- through the cluster ---------------------------------------------------------------------
+@pytest.mark.e2e
+@pytest.mark.ray
+def test_a_cluster_delivers_not_polygons_and_predicates_as_the_oracle(ray_session, redis_url):
+    """NOT, polygons and attribute predicates through the real cluster (gRPC, the coordinator,
+    Ray shard actors, redis-server): every publish reaches the oracle's matches, a moving
+    polygon gets the ADD and REMOVE its shape (not its box) calls for, GetSubscription gives
+    the subscription back, bad ones are refused naming the field, and after a Reload (every
+    shard rebuilt from Redis) the matches are still the oracle's."""
+    rng = random.Random(11)
+    subs = [random_subscription(rng, f"s{i}", extras=0.5) for i in range(300)]
+    # an L: its box holds (4, 4), the L does not; (0.5, 4) is in its upright arm
+    ell = subscription_from_dict(
+        {
+            "id": "walker",
+            "expr": "zz AND NOT spam",
+            "polygon": [[[0, 0], [5, 0], [5, 1], [1, 1], [1, 5], [0, 5], [0, 0]]],
+            "predicates": [{"attr": "price", "op": "<=", "value": 5}],
+            "moving": True,
+        }
+    )
+    notch = Message("notch", ("zz",), Point(104.0, 44.0), 600.0, attributes=(("price", 3.0),))
+    arm = Message("arm", ("zz",), Point(100.5, 44.0), 600.0, attributes=(("price", 3.0),))
+    spam = Message("spam", ("spam", "zz"), Point(100.5, 43.0), 600.0, (), None, (("price", 1.0),))
+    settings = coordinator_settings(redis_url, uuid.uuid4().hex)
+
+    async def publish_checked(stub, msgs):
+        resp = await stub.Publish(pb.PublishRequest(messages=[to_proto_message(m) for m in msgs]))
+        want = [sum(subscription_matches(s, m) for s in subs) for m in msgs]
+        assert list(resp.matches) == want and sum(want) > 0
+
+    async def main():
+        async with Cluster(settings) as c:
+            stub = c.stub
+            await subscribe_all(stub, [*subs, ell])
+            got = await stub.GetSubscription(pb.GetSubscriptionRequest(id="walker"))
+            assert from_proto_subscription(got) == ell
+            for bad, field in (
+                ({"expr": "zz OR NOT a"}, "subscription.expr"),
+                ({"polygon": [[[0, 0], [1, 1], [1, 0], [0, 1], [0, 0]]]}, "subscription.polygon"),
+                ({"predicates": [{"attr": "p", "op": "~", "value": 1}]}, "op"),
+            ):
+                d = {"id": "bad", "keywords": ["x"], "rect": [0, 0, 1, 1], **bad}
+                if "expr" in bad:
+                    del d["keywords"]
+                if "polygon" in bad:
+                    del d["rect"]
+                p = pb.Subscription(id="bad", keywords=d.get("keywords", []))
+                p.expr = d.get("expr", "")
+                if "rect" in d:
+                    p.rect.CopyFrom(pb.Rect(min_lon=0, min_lat=0, max_lon=1, max_lat=1))
+                else:
+                    for ring in d["polygon"]:
+                        p.polygon.rings.add().points.extend(pb.Point(lon=x, lat=y) for x, y in ring)
+                for q in d.get("predicates", ()):
+                    p.predicates.add(attr=q["attr"], op=q["op"]).value.number = q["value"]
+                with pytest.raises(grpc.aio.AioRpcError) as e:
+                    await stub.Subscribe(pb.SubscribeRequest(subscription=p))
+                assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                assert field in e.value.details(), e.value.details()
+            await stub.Publish(
+                pb.PublishRequest(messages=[to_proto_message(m) for m in (notch, arm, spam)])
+            )
+            await publish_checked(
+                stub, [random_message(rng, f"m{i}", attributes=True) for i in range(100)]
+            )
+            # the L's corner to (100, 40): its box holds all three, its arm only "arm", and
+            # "spam" fails the NOT
+            moved = await stub.UpdateLocation(
+                pb.UpdateLocationRequest(id="walker", point=pb.Point(lon=102.5, lat=42.5))
+            )
+            assert [(d.kind, d.message.id) for d in moved.updates] == [(pb.Delivery.ADD, "arm")]
+            moved = await stub.UpdateLocation(
+                pb.UpdateLocationRequest(id="walker", point=pb.Point(lon=100.5, lat=42.5))
+            )  # two degrees west: "arm" (100.5, 44) is off the L (upright arm x 98-99, bottom
+            # bar y 40-41) but still in its box (98-103, 40-45)
+            assert [(d.kind, d.message.id) for d in moved.updates] == [(pb.Delivery.REMOVE, "arm")]
+            await stub.Reload(pb.ReloadRequest(), timeout=120)
+            await publish_checked(
+                stub, [random_message(rng, f"r{i}", attributes=True) for i in range(100)]
+            )
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    ("seed", "index"), [(1, "aptree"), (2, "aptree"), (3, "rt++"), (4, "lfilter")]
+)
+def test_seeded_stress_with_conditions(seed, index):
+    """300 subscriptions (half of them with each condition, two thirds moving) and 150 random
+    operations (publishes with attributes, moves aimed at live messages, replacements,
+    detaches, expiry): after every one a client applying the updates holds exactly the
+    oracle's result sets, and a snapshot restored halfway continues identically."""
+    rng = random.Random(seed)
+    t0 = 100.0
+    subs = [
+        as_moving(random_subscription(rng, f"s{i}", extras=0.5), i % 3 != 0) for i in range(300)
+    ]
+    movers = [s.id for s in subs if s.moving]
+    state = ShardState.build(1, subs, t0, index=index)
+    mirror = Mirror()
+    mirror.subs = {s.id: s for s in subs}
+    ops = random_ops(rng, movers, 150, t0, 0, extras=0.5)
+    checked = 0
+    for i, op in enumerate(ops):
+        kind, payload, now = op
+        if kind == "move":  # half the moves onto a live message: the interesting case
+            live = [m.location for m, _ in mirror.live.values()]
+            payload = [
+                (sid, rng.choice(live) if live and rng.random() < 0.5 else p) for sid, p in payload
+            ]
+            payload = [
+                (sid, p if isinstance(p, Point) else Point(p.min_lon, p.max_lat))
+                for sid, p in payload
+                if sid in mirror.subs
+            ]
+            op = (kind, payload, now)
+        mirror.expire(now)
+        updates = apply_op(state, op)
+        if kind == "publish":
+            stored = {m.id for m in payload if m.ttl}
+            mirror.apply([u for u in updates if u[1] == REMOVE or u[2] in stored])
+            for m in payload:  # every message, one-shot ones too, reached the oracle's matches
+                want = {sid for sid, s in mirror.subs.items() if subscription_matches(s, m)}
+                assert {u[0] for u in updates if u[1] == ADD and u[2] == m.id} == want
+                if m.ttl:
+                    mirror.live[m.id] = (m, now + m.ttl)
+            checked += len([u for u in updates if u[1] == ADD])
+        else:
+            mirror.apply(updates)
+        if kind == "move":
+            for sid, p in payload:
+                old = mirror.subs[sid]
+                mirror.subs[sid] = dataclasses.replace(old, region=recentre(old.region, p))
+        elif kind == "subscribe":
+            for s in payload:
+                mirror.subs[s.id] = s
+        elif kind == "detach":
+            for sid in payload:
+                mirror.subs.pop(sid, None)
+                mirror.held.pop(sid, None)
+        mirror.assert_exact()
+        if i == len(ops) // 2:
+            state = ShardState.restore(state.snapshot())
+    state.check_invariants()
+    assert checked > 100 and len(state.tree.subs) > 100  # it saw conditions at work
