@@ -140,6 +140,8 @@ class Deliveries:
         self.slots = slots if slots is not None else Slots()
         """Per-subscription numbering, durability and stream flags, by slot (the engine's)."""
         self.dedupe = dedupe if dedupe is not None else Dedupe()
+        self.scorer: Callable[[str, pb.Message], float | None] | None = None
+        """The score an ADD to a subscription carries (``coordinator.ranking``: ranked ones)."""
         self.streams: dict[str, set[_Stream]] = defaultdict(set)
         self.delivered = 0
         self.dropped = 0
@@ -259,6 +261,10 @@ class Deliveries:
                     else:
                         m = pb.Message(id=mids[k])
                 x = built[i] = to_proto_delivery(sid, int(seqs[i]), kind, m, time=now)
+                if kind == ADD and self.scorer is not None:
+                    score = self.scorer(sid, m)
+                    if score is not None:
+                        x.score = score
             return x
 
         answers = []
@@ -544,9 +550,14 @@ class Deliveries:
                             break
                         if e.sequence > last + 1:
                             yield self._gap(sub_id, last + 1, e.sequence - 1)
-                        yield to_proto_delivery(
+                        d = to_proto_delivery(
                             sub_id, e.sequence, e.kind, to_message(e), time=e.time
                         )
+                        if e.kind == ADD and self.scorer is not None:
+                            score = self.scorer(sub_id, d.message)
+                            if score is not None:
+                                d.score = score
+                        yield d
                         last = e.sequence
                     if last < mark:
                         yield self._gap(sub_id, last + 1, mark)

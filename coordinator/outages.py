@@ -41,7 +41,7 @@ subscribers were told and applies the difference to the state in Redis with deli
 >>> missed = [(("move", "a", Point(5.5, 5.5)), a, 1), (("sub", b, 7), None, 2)]
 >>> share, redo = told({"a": a2, "b": b}, missed, {"a": a2, "b": b}.__contains__)
 >>> share
-[Subscription(id='a', clauses=(('x',),), region=Rect(min_lon=0, min_lat=0, max_lon=1, max_lat=1), moving=True, keywords=None, expr=None, negated=None, predicates=())]
+[Subscription(id='a', clauses=(('x',),), region=Rect(min_lon=0, min_lat=0, max_lon=1, max_lat=1), moving=True, keywords=None, expr=None, negated=None, predicates=(), threshold=None, alpha=0.5, weights=None)]
 >>> [item[0] for item, *_ in redo]
 ['move', 'sub']
 """

@@ -32,12 +32,14 @@ from collections.abc import Callable, Sequence
 
 from coordinator.live import REPLAY_MIN_TTL_S, LiveMessages
 from coordinator.ops import Op
+from coordinator.ranking import TermCounts
 from coordinator.slots import Slots
 from shard.applus.tree import recentre
 from shard.errors import NotFoundError, ValidationError
-from shard.geometry import location_bbox, region_bbox
+from shard.geometry import location_bbox
 from shard.model import Message, Point, Subscription
 from shard.partition_map import PartitionMap
+from shard.residual import index_box
 
 Send = Callable[[int, tuple], None]
 """``send(k, item)``: item for shard ``k`` in the round being routed."""
@@ -56,6 +58,8 @@ class Router:
         self.subs: dict[str, Subscription] = {}
         self.placement: dict[str, tuple[int, ...]] = {}
         """Subscription id -> the shards it is placed on."""
+        self.terms = TermCounts()
+        """How many subscriptions name each term: ranked subscriptions' idf weights."""
 
     def shards_of(self, m: Message) -> list[int]:
         """The shards a message is stored in (routed to)."""
@@ -65,7 +69,7 @@ class Router:
 
     def shards_of_region(self, s: Subscription) -> tuple[int, ...]:
         """The shards a subscription is placed on."""
-        return tuple(self.pm.overlapping(region_bbox(s.region)))
+        return tuple(self.pm.overlapping(index_box(s)))
 
     def restore(self, subs: Sequence[Subscription]) -> dict[int, list[Subscription]]:
         """Register subscriptions loaded from Redis (before the first round), each in a slot (a
@@ -74,6 +78,10 @@ class Router:
         slot = self.slots.slot
         for s in subs:
             where = self.shards_of_region(s)
+            old = self.subs.get(s.id)
+            if old is not None:
+                self.terms.remove(old)
+            self.terms.add(s)
             self.subs[s.id] = s
             self.placement[s.id] = where
             x = slot(s.id)  # (first: taking a slot may grow the arrays)
@@ -115,6 +123,10 @@ class Router:
         self.slots.placed[tag] = True
         for k in new:
             send(k, ("sub", s, tag))
+        old_sub = self.subs.get(s.id)
+        if old_sub is not None:
+            self.terms.remove(old_sub)
+        self.terms.add(s)
         self.subs[s.id] = s
         self.placement[s.id] = new
 
@@ -124,6 +136,8 @@ class Router:
         for k in op.prev_at:
             send(k, ("unsub", sub_id))
         op.prev = self.subs.pop(sub_id, None)
+        if op.prev is not None:
+            self.terms.remove(op.prev)
         gone = self.slots.slot_of.get(sub_id)
         if gone is not None:
             self.slots.placed[gone] = False

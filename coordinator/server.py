@@ -31,6 +31,7 @@ from coordinator.metrics import Metrics, RpcMetrics
 from coordinator.ops import ShardHandle
 from coordinator.outages import untold_records
 from coordinator.overview import Watch
+from coordinator.ranking import delivery_score
 from coordinator.retention import RoundLog
 from coordinator.service import GeoPubSubService
 from coordinator.settings import Settings
@@ -45,6 +46,7 @@ from shard.geometry import region_bbox
 from shard.host.heap import freeze_long_lived, loading
 from shard.model import Message, Point, Subscription
 from shard.partition_map import DEFAULT_SAMPLE, PartitionMap, bbox_centre
+from shard.residual import index_box
 
 log = logging.getLogger(__name__)
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -88,6 +90,7 @@ class Coordinator:
         self.watch = Watch(self._subscription)
         """The open Watch streams (``coordinator.overview``), fed each delivered round."""
         self.deliveries.on_delivered.append(self.watch.on_round)
+        self.deliveries.scorer = lambda sid, m: delivery_score(self._subscription(sid), m)
         self.started = clock()
         self._reload_lock = asyncio.Lock()
         self.health: health.aio.HealthServicer | None = None
@@ -202,7 +205,7 @@ class Coordinator:
             if untold:
                 extra = untold_records(
                     untold,
-                    lambda x: pm.overlapping(region_bbox(x.region)),
+                    lambda x: pm.overlapping(index_box(x)),
                     self.engine.placement,
                 )
                 await self.log.adopt(extra, list(untold))

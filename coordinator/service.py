@@ -87,6 +87,7 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
     @grpc_errors
     async def Subscribe(self, request, context):
         subs, ephemeral, batch = from_proto_subscribe_request(request)
+        subs = [self.engine.router.terms.weights(s) for s in subs]  # ranked: idf if none given
         check_owned("subscriptions[{i}].id" if batch else "subscription.id", (s.id for s in subs))
         self.app.deliveries.check_writable()
         # Redis first (the source of truth), the batch in one transaction: a call that times

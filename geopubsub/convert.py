@@ -157,6 +157,16 @@ def from_proto_subscription(sub: pb.Subscription, *, field: str = "subscription"
         d["polygon"] = [[[p.lon, p.lat] for p in r.points] for r in sub.polygon.rings]
     if sub.predicates:
         d["predicates"] = _predicates_list(sub.predicates)
+    if sub.threshold != 0.0:  # NaN included, so that validation rejects it
+        d["threshold"] = sub.threshold
+        if sub.HasField("alpha"):
+            d["alpha"] = sub.alpha
+        if sub.weights:
+            d["weights"] = dict(sub.weights)
+    elif sub.HasField("alpha") or sub.weights:
+        d["alpha" if sub.HasField("alpha") else "weights"] = (
+            sub.alpha if sub.HasField("alpha") else dict(sub.weights)
+        )
     try:
         return subscription_from_dict(d)
     except ValidationError as e:
@@ -235,6 +245,11 @@ def to_proto_subscription(sub: Subscription) -> pb.Subscription:
             out.polygon.rings.add().points.extend(pb.Point(lon=x, lat=y) for x, y in ring)
     for p in d.get("predicates", ()):
         out.predicates.append(_to_proto_predicate(p))
+    if sub.threshold is not None:
+        out.threshold = sub.threshold
+        out.alpha = sub.alpha
+        for t, w in d.get("weights", {}).items():
+            out.weights[t] = w
     return out
 
 

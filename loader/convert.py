@@ -16,7 +16,7 @@ from loader.transform import CSV_COLUMNS
 JSON_SCHEMA = (
     "id string, keywords array<string>, expr string, rect array<double>, "
     "circle array<double>, moving boolean, polygon array<array<array<double>>>, "
-    "predicates string"
+    "predicates string, threshold double, alpha double, weights map<string,double>"
 )
 """``predicates`` is read as text: Spark keeps the JSON of a list in a string column."""
 
@@ -43,6 +43,9 @@ def convert(spark, src: str, dst: str, fmt: str = "parquet", partitions: int | N
             F.col("moving").cast("string").alias("moving"),
             F.when(F.col("polygon").isNotNull(), F.to_json("polygon")).alias("polygon"),
             "predicates",
+            "threshold",
+            "alpha",
+            F.when(F.col("weights").isNotNull(), F.to_json("weights")).alias("weights"),
         )
         # RFC 4180 quoting (a quote doubled), as the loader reads CSV (Spark escapes with a backslash)
         flat.write.mode("overwrite").option("header", True).option("escape", '"').csv(dst)

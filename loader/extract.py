@@ -45,6 +45,9 @@ _PARQUET_TYPES = {
     "moving": "boolean",
     "polygon": "array<array<array<double>>>",
     "predicates": "string",
+    "threshold": "double",
+    "alpha": "double",
+    "weights": "map<string,double>",
 }
 
 

@@ -3,7 +3,7 @@
 Spark runs them per partition (``loader.job``); tests call them directly. Validation,
 normalization and expression parsing are the core's ``shard.model.subscription_from_dict``, the
 encoding is ``shard.metadata_codec``, placement is ``shard.partition_map`` with
-``shard.geometry.region_bbox`` -- the very functions the coordinator uses online.
+``shard.residual.index_box`` -- the very functions the coordinator uses online.
 
 A *row* is ``(file, block, payload)``: ``block`` is the byte offset where the row's input split
 starts (Spark's ``_metadata.file_block_start``); rows of one block come in file order. Each
@@ -36,9 +36,9 @@ import numpy as np
 
 from shard import model
 from shard.errors import ValidationError
-from shard.geometry import region_bbox
 from shard.metadata_codec import encode_subscription
 from shard.partition_map import PartitionMap, bbox_centre
+from shard.residual import index_box
 from shard.workload import json_object
 
 OK, BAD, BLOCK, SUMMARY = 0, 1, 2, 3
@@ -60,22 +60,30 @@ CSV_COLUMNS = (
     "moving",
     "polygon",
     "predicates",
+    "threshold",
+    "alpha",
+    "weights",
 )
 """The CSV layout, in this order (a first line equal to ``CSV_HEADER`` is skipped):
 ``keywords`` separated by spaces (or ``expr`` instead); a rectangle in ``min_lon..max_lat``, a
 circle in ``lon, lat, radius_m`` or a ``polygon`` as the JSON text of its rings (leave the
 others empty); ``moving`` true/false or empty; ``predicates`` the JSON text of the list (or
-empty). One subscription a line: no line breaks inside a field. A row of the first 11 columns
-only (the layout before polygons and predicates) is read as before."""
+empty); a ranked subscription's ``threshold``, ``alpha`` (numbers) and ``weights`` (the JSON
+text of ``{keyword: weight}``), empty otherwise. One subscription a line: no line breaks inside a
+field. A row of the first 11 columns only (the layout before these) is read as before."""
 CSV_HEADER = ",".join(CSV_COLUMNS)
 _CSV_OLD = CSV_COLUMNS[:11]
 
-PARQUET_COLUMNS = ("id", "keywords", "expr", "rect", "circle", "moving", "polygon", "predicates")
+PARQUET_COLUMNS = (
+    "id", "keywords", "expr", "rect", "circle", "moving", "polygon", "predicates", "threshold",
+    "alpha", "weights",
+)  # fmt: skip
 """The Parquet layout mirrors the JSON form: ``id`` string, ``keywords`` list<string>, ``expr``
 string, ``rect`` list<double> (min_lon, min_lat, max_lon, max_lat), ``circle`` list<double>
 (lon, lat, radius_m), ``moving`` boolean, ``polygon`` list<list<list<double>>> (rings of [lon,
 lat]), ``predicates`` string (the JSON text of the list: a predicate's value is a number, a
-string or a list); null (or a missing column) means absent. Other columns are refused."""
+string or a list), ``threshold`` / ``alpha`` double, ``weights`` map<string, double>; null (or a
+missing column) means absent. Other columns are refused."""
 
 MAX_REASON = 300
 """Longest reason kept for a reject (a value in it is already cut to 80 characters)."""
@@ -117,9 +125,12 @@ def csv_payload(line: str) -> Any:
     moving = c["moving"].strip().lower()
     if moving != "":
         d["moving"] = {"true": True, "false": False}.get(moving, c["moving"])
-    for k in ("polygon", "predicates"):
+    for k in ("polygon", "predicates", "weights"):
         if c.get(k, "") != "":
             d[k] = _json_cell(k, c[k])
+    for k in ("threshold", "alpha"):
+        if c.get(k, "") != "":
+            d[k] = _number(c[k])
     return d
 
 
@@ -141,6 +152,8 @@ def parquet_payload(row: Sequence[Any]) -> Any:
         d["polygon"] = [[list(p) for p in ring] for ring in d["polygon"]]
     if "predicates" in d:
         d["predicates"] = _json_cell("predicates", d["predicates"])
+    if "weights" in d:
+        d["weights"] = dict(d["weights"])
     return d
 
 
@@ -184,7 +197,7 @@ def validate_rows(
             d = payload(raw)
             if d is not None:
                 sub = model.subscription_from_dict(d)
-                bbox = region_bbox(sub.region)
+                bbox = index_box(sub)
                 terms = tuple(sorted({t for clause in sub.clauses for t in clause}))
                 yield (OK, sub.id, (file, block, index), encode_subscription(sub), bbox, terms)
                 hashes.append(id_hash(sub.id))

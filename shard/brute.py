@@ -21,6 +21,7 @@ from shard.errors import NotFoundError
 from shard.geometry import haversine_m, region_columns
 from shard.model import Message, Point, Polygon, Rect, Region, Subscription
 from shard.polygon import polygon_hits
+from shard.ranking import WORLD, score
 
 
 def region_matches(region: Region, location: Point | Rect) -> bool:
@@ -68,13 +69,42 @@ def condition_holds(sub: Subscription, msg: Message) -> bool:
     return not sub.predicates or all_hold(sub.predicates, dict(msg.attributes))
 
 
+def ranked_score(sub: Subscription, msg: Message) -> float:
+    """ψ(s, m) of a ranked subscription (``shard.ranking``) where it is now.
+
+    >>> s = Subscription("s", (("a", "b"),), Rect(0, 0, 2, 2), threshold=0.6, alpha=0.5)
+    >>> ranked_score(s, Message("m", ("a",), Point(1, 1)))
+    0.75
+    """
+    r = sub.region
+    loc = msg.location
+    if isinstance(loc, Point):
+        geom, is_point = (loc.lon, loc.lat, loc.lon, loc.lat), True
+    else:
+        geom, is_point = (loc.min_lon, loc.min_lat, loc.max_lon, loc.max_lat), False
+    return score(
+        (r.min_lon, r.min_lat, r.max_lon, r.max_lat),
+        sub.clauses[0],
+        sub.term_weights,
+        sub.alpha,
+        set(msg.terms),
+        geom,
+        is_point,
+    )
+
+
 def subscription_matches(sub: Subscription, msg: Message) -> bool:
-    """Reference semantics: the condition holds (``condition_holds``), and the regions meet.
+    """Reference semantics: the condition holds (``condition_holds``), and the regions meet;
+    for a ranked subscription, its predicates hold and the score reaches its threshold.
 
     >>> s = Subscription("s", (("a", "b"), ("c",)), Rect(0, 0, 1, 1))
     >>> subscription_matches(s, Message("m", ("c", "x"), Point(0.5, 0.5)))
     True
     """
+    if sub.threshold is not None:
+        return (
+            not sub.predicates or all_hold(sub.predicates, dict(msg.attributes))
+        ) and ranked_score(sub, msg) >= sub.threshold
     return condition_holds(sub, msg) and region_matches(sub.region, msg.location)
 
 
@@ -119,7 +149,9 @@ class BruteMatcher:
         self._ids = list(self._subs)
         boxes = np.empty((len(self._ids), 4))
         for i, sid in enumerate(self._ids):
-            boxes[i] = region_columns(self._subs[sid].region)[1]
+            sub = self._subs[sid]
+            # a ranked subscription may match outside its region (on its terms alone)
+            boxes[i] = WORLD if sub.threshold is not None else region_columns(sub.region)[1]
         self._boxes = boxes
         self._dirty = False
 

@@ -74,6 +74,12 @@ class ConditionColumns:
         self.pred = np.zeros(0, np.int64)
         self.centre = np.zeros((0, 2))
         """The centre of each polygon's base box ((x0 + x2) / 2, (y0 + y2) / 2)."""
+        self.theta = np.zeros(0)
+        """A ranked row's threshold (NaN: not ranked; ``shard.ranking``), its alpha and its
+        rectangle where it is now (``move_ranked``); its one clause holds its terms in their
+        sorted order with their weights beside them in ``wpool``."""
+        self.alpha = np.zeros(0)
+        self.rect = np.zeros((0, 4))
         self.n_rows = 0
         self.free: list[int] = []
         self.live = 0
@@ -84,6 +90,7 @@ class ConditionColumns:
         self.neg_off = np.zeros(0, np.int64)
         self.neg_len = np.zeros(0, np.int32)
         self.tpool = np.zeros(0, np.int32)
+        self.wpool = np.zeros(0)
         self.n_clauses = 0
         self.n_terms = 0
         self.dead_clauses = 0
@@ -103,7 +110,14 @@ class ConditionColumns:
         r = self.free.pop() if self.free else self._new_row()
         self.live += 1
         neg = sub.negated or ((),) * len(sub.clauses)
-        self.c_first[r], self.c_n[r] = self._add_clauses(sub.clauses, neg)
+        if sub.threshold is None:
+            self.c_first[r], self.c_n[r] = self._add_clauses(sub.clauses, neg)
+            self.theta[r] = np.nan
+        else:
+            self.c_first[r], self.c_n[r] = self._add_clauses(sub.clauses, neg, sub.term_weights)
+            self.theta[r], self.alpha[r] = sub.threshold, sub.alpha
+            g = sub.region
+            self.rect[r] = (g.min_lon, g.min_lat, g.max_lon, g.max_lat)
         region = sub.region
         if type(region) is Polygon:
             self.poly[r] = self.polygons.add(region.rings)
@@ -123,9 +137,19 @@ class ConditionColumns:
         self.poly = _grown(self.poly, n, -1)
         self.pred = _grown(self.pred, n, -1)
         self.centre = _grown(self.centre, n)
+        self.theta = _grown(self.theta, n, np.nan)
+        self.alpha = _grown(self.alpha, n)
+        self.rect = _grown(self.rect, n)
         return r
 
-    def _add_clauses(self, clauses, negated) -> tuple[int, int]:
+    def move_ranked(self, r: int, rect: Sequence[float]) -> None:
+        """A ranked row's rectangle is now ``rect`` (its subscription moved)."""
+        self.rect[r] = rect
+
+    def _add_clauses(self, clauses, negated, weights=None) -> tuple[int, int]:
+        """Append clauses; with ``weights`` (a ranked row: one clause), its terms stay in their
+        given (sorted) order, each weight beside its term, so the kernel sums them in the order
+        ``shard.ranking.score`` does."""
         k0 = self.n_clauses
         k = len(clauses)
         n_t = sum(len(c) for c in clauses) + sum(len(n) for n in negated)
@@ -134,10 +158,15 @@ class ConditionColumns:
         self.neg_off = _grown(self.neg_off, k0 + k)
         self.neg_len = _grown(self.neg_len, k0 + k)
         self.tpool = _grown(self.tpool, self.n_terms + n_t)
+        self.wpool = _grown(self.wpool, self.n_terms + n_t)
         t = self.n_terms
+        if weights is not None:
+            self.wpool[t : t + len(weights)] = weights
         for i, (pos, neg) in enumerate(zip(clauses, negated, strict=True)):
             for terms, off, length in ((pos, self.pos_off, self.pos_len), (neg, self.neg_off, self.neg_len)):  # fmt: skip
-                ids = sorted(self._term(x) for x in terms)
+                ids = [self._term(x) for x in terms]
+                if weights is None:
+                    ids.sort()
                 off[k0 + i] = t
                 length[k0 + i] = len(ids)
                 self.tpool[t : t + len(ids)] = ids
@@ -162,7 +191,7 @@ class ConditionColumns:
 
     def _compact(self) -> None:
         """Rewrite the clause and term pools with the live rows' clauses only. O(live)."""
-        pos_off, pos_len, neg_off, neg_len, pool = [], [], [], [], []
+        pos_off, pos_len, neg_off, neg_len, pool, wpool = [], [], [], [], [], []
         for r in np.flatnonzero(self.c_n[: self.n_rows] > 0).tolist():
             first = len(pos_off)
             for k in range(int(self.c_first[r]), int(self.c_first[r] + self.c_n[r])):
@@ -174,10 +203,12 @@ class ConditionColumns:
                     off.append(len(pool))
                     length.append(n)
                     pool.extend(self.tpool[a : a + n].tolist())
+                    wpool.extend(self.wpool[a : a + n].tolist())
             self.c_first[r] = first
         self.pos_off, self.pos_len = np.array(pos_off, np.int64), np.array(pos_len, np.int32)
         self.neg_off, self.neg_len = np.array(neg_off, np.int64), np.array(neg_len, np.int32)
         self.tpool = np.array(pool, np.int32)
+        self.wpool = np.array(wpool, np.float64)
         self.n_clauses, self.n_terms = len(pos_off), len(pool)
         self.dead_clauses = 0
 
@@ -222,8 +253,14 @@ class ConditionColumns:
             self.neg_off,
             self.neg_len,
             self.tpool,
+            self.wpool,
+            self.theta,
+            self.alpha,
+            self.rect,
             batch.off,
             batch.terms,
+            batch.kind,
+            batch.geom,
         )
         poly = self.poly[rows]
         sel = np.flatnonzero(ok & (poly >= 0))
@@ -258,14 +295,52 @@ def _has(terms, a, b, t) -> bool:
 
 
 @njit(cache=True)
-def _clauses_hold(rows, msg, c_first, c_n, pos_off, pos_len, neg_off, neg_len, tpool, m_off, m_terms):  # fmt: skip
+def _ranked_score(k, pos_off, pos_len, tpool, wpool, alpha, rect, m_terms, a, b, kind, geom):
+    """``shard.ranking.score`` of ranked clause ``k`` (same operations in the same order, so
+    the same float) against the message whose terms are ``m_terms[a:b]``."""
+    total = 0.0
+    hit = 0.0
+    for j in range(pos_off[k], pos_off[k] + pos_len[k]):
+        total += wpool[j]
+        if _has(m_terms, a, b, tpool[j]):
+            hit += wpool[j]
+    psi_t = hit / total
+    x0, y0, x1, y1 = rect[0], rect[1], rect[2], rect[3]
+    mx0, my0, mx1, my1 = geom[0], geom[1], geom[2], geom[3]
+    if mx1 < x0 or mx0 > x1 or my1 < y0 or my0 > y1:
+        psi_s = 0.0
+    elif kind == 0:
+        psi_s = 1.0
+    else:
+        area = (x1 - x0) * (y1 - y0)
+        if area <= 0.0:
+            psi_s = 1.0
+        else:
+            w = min(x1, mx1) - max(x0, mx0)
+            h = min(y1, my1) - max(y0, my0)
+            psi_s = min(1.0, (w * h) / area)
+    return alpha * psi_s + (1.0 - alpha) * psi_t
+
+
+@njit(cache=True)
+def _clauses_hold(rows, msg, c_first, c_n, pos_off, pos_len, neg_off, neg_len, tpool, wpool, theta, alpha, rect, m_off, m_terms, m_kind, m_geom):  # fmt: skip
     """For each pair: does some clause of row ``rows[i]`` hold on message ``msg[i]``'s terms
-    (its terms all there, none of its negated ones)?"""
+    (its terms all there, none of its negated ones)? For a ranked row: does the message's
+    score reach its threshold?"""
     out = np.zeros(rows.shape[0], np.bool_)
     for i in range(rows.shape[0]):
         r = rows[i]
-        a = m_off[msg[i]]
-        b = m_off[msg[i] + 1]
+        q = msg[i]
+        a = m_off[q]
+        b = m_off[q + 1]
+        if theta[r] == theta[r]:  # ranked (not NaN)
+            k = c_first[r]
+            psi = _ranked_score(
+                k, pos_off, pos_len, tpool, wpool, alpha[r], rect[r], m_terms, a, b, m_kind[q],
+                m_geom[q],
+            )  # fmt: skip
+            out[i] = psi >= theta[r]
+            continue
         for k in range(c_first[r], c_first[r] + c_n[r]):
             ok = True
             for j in range(pos_off[k], pos_off[k] + pos_len[k]):
@@ -281,72 +356,3 @@ def _clauses_hold(rows, msg, c_first, c_n, pos_off, pos_len, neg_off, neg_len, t
                 out[i] = True
                 break
     return out
-
-
-class StaticChecker:
-    """The exact test of the conditions for a static index (``bench match``): the index holds
-    the subscriptions' core forms (``cores``), marked in its store (``bind``), and the pairs its
-    ``match_encoded`` gives are filtered here (``filter``). An empty checker passes everything, and costs nothing.
-
-    >>> from shard.aptree.tree import APTree
-    >>> from shard.model import Message, Point, Rect, Subscription
-    >>> chk = StaticChecker()
-    >>> subs = [Subscription("s", (("coffee",),), Rect(0, 0, 1, 1), negated=(("starbucks",),))]
-    >>> tree = APTree.build(list(chk.cores(subs)))
-    >>> chk.bind(tree.store)
-    >>> chk.match(tree, [Message("a", ("coffee", "starbucks"), Point(0, 0)), Message("b", ("coffee",), Point(0, 0))])
-    [[], ['s']]
-    """
-
-    def __init__(self) -> None:
-        self.cond = ConditionColumns()
-        self.row_of: dict[str, int] = {}
-
-    def __len__(self) -> int:
-        return len(self.row_of)
-
-    def cores(self, subs):
-        """``subs`` as their core forms (``shard.residual.core_form``), those with conditions
-        recorded (a later one with the same id replaces an earlier one)."""
-        from shard.residual import core_form
-
-        for sub in subs:
-            row = self.row_of.pop(sub.id, None)
-            if row is not None:
-                self.cond.remove(row)
-            if not sub.plain:
-                self.row_of[sub.id] = self.cond.add(sub)
-            yield core_form(sub)
-
-    def bind(self, store) -> None:
-        """Mark the recorded subscriptions' rows in ``store``'s ``extra`` column (the index's
-        rebuilds carry it). Once, after the index is loaded. O(subscriptions with conditions)."""
-        for sid, row in self.row_of.items():
-            slot = store.slot_of.get(sid)
-            if slot is not None:
-                store.extra[slot] = row + 1
-
-    def filter(self, store, messages: Sequence[Message], out_m: np.ndarray, out_s: np.ndarray):
-        """The pairs (message index, store slot) that hold: those of subscriptions without
-        conditions, and the others' that ``ConditionColumns.check`` passes."""
-        if not self.row_of:
-            return out_m, out_s
-        rows = store.extra[out_s].astype(np.int64) - 1
-        flagged = np.flatnonzero(rows >= 0)
-        if not flagged.size:
-            return out_m, out_s
-        fm = out_m[flagged]
-        qs = np.unique(fm)
-        batch = self.cond.encode([messages[q] for q in qs.tolist()])
-        ok = self.cond.check(
-            rows[flagged], np.searchsorted(qs, fm), store.bbox[out_s[flagged]], batch
-        )
-        keep = np.ones(out_m.shape[0], np.bool_)
-        keep[flagged] = ok
-        return out_m[keep], out_s[keep]
-
-    def match(self, index, messages: Sequence[Message]) -> list[list[str]]:
-        """``index.match_batch(messages)`` with the conditions checked."""
-        out_m, out_s = index.match_encoded(index.encode(messages))
-        out_m, out_s = self.filter(index.store, messages, out_m, out_s)
-        return index.ids_of(len(messages), out_m, out_s)

@@ -31,6 +31,7 @@ from shard.limits import (
     MAX_TTL_S,
 )
 from shard.polygon_rings import Rings, rings_bbox, validate_polygon
+from shard.ranking import validate_ranking
 from shard.terms import check_term, message_terms, normalize_term
 
 
@@ -164,11 +165,29 @@ class Subscription:
     expr: str | None = None
     negated: tuple[tuple[str, ...], ...] | None = None
     predicates: tuple[Predicate, ...] = ()
+    threshold: float | None = None
+    """A ranked subscription (``shard.ranking``): the similarity θ a message must reach; its one
+    clause holds the terms scored (not all required)."""
+    alpha: float = 0.5
+    weights: tuple[float, ...] | None = None
+    """A ranked subscription's term weights, aligned with its (sorted) terms; None: not given
+    (the cluster gives idf weights, elsewhere 1 each)."""
 
     @property
     def plain(self) -> bool:
-        """No NOT, no polygon, no predicate: everything the indexes check themselves."""
-        return self.negated is None and not self.predicates and type(self.region) is not Polygon
+        """No NOT, no polygon, no predicate, not ranked: everything the indexes check
+        themselves."""
+        return (
+            self.negated is None
+            and not self.predicates
+            and self.threshold is None
+            and type(self.region) is not Polygon
+        )
+
+    @property
+    def term_weights(self) -> tuple[float, ...]:
+        """A ranked subscription's weights (1 each where none were given)."""
+        return self.weights or (1.0,) * len(self.clauses[0])
 
     def __reduce__(self):  # pickled as a tuple (Ray ships these in every batch)
         return (
@@ -182,6 +201,9 @@ class Subscription:
                 self.expr,
                 self.negated,
                 self.predicates,
+                self.threshold,
+                self.alpha,
+                self.weights,
             ),
         )
 
@@ -306,8 +328,11 @@ def _unknown(d: Mapping[str, Any], allowed: frozenset[str]) -> None:
 
 
 _SUB_FIELDS = frozenset(
-    {"id", "keywords", "expr", "rect", "circle", "polygon", "moving", "predicates"}
-)
+    {
+        "id", "keywords", "expr", "rect", "circle", "polygon", "moving", "predicates",
+        "threshold", "alpha", "weights",
+    }
+)  # fmt: skip
 _MSG_FIELDS = frozenset({"id", "keywords", "text", "point", "rect", "ttl", "attributes"})
 _REGIONS = ("rect", "circle", "polygon")
 
@@ -356,7 +381,20 @@ def subscription_from_dict(d: Mapping[str, Any]) -> Subscription:
     predicates: tuple[Predicate, ...] = ()
     if "predicates" in d:
         predicates = predicates_from_list("predicates", d["predicates"], weighted=False)
-    return Subscription(sid, clauses, region, moving, keywords, expr, negated, predicates)
+    if "threshold" not in d:
+        for k in ("alpha", "weights"):
+            if k in d:
+                raise ValidationError(k, d[k], "only a ranked subscription (threshold) has it")
+        return Subscription(sid, clauses, region, moving, keywords, expr, negated, predicates)
+    if not has_kw:
+        raise ValidationError("expr", expr, "a ranked subscription (threshold) takes keywords")
+    if type(region) is not Rect:
+        raise ValidationError(given[0], d[given[0]], "a ranked subscription takes a rect")
+    theta, alpha, weights = validate_ranking(d, clauses[0])
+    return Subscription(
+        sid, clauses, region, moving, keywords, expr, negated, predicates, theta, alpha,
+        weights if "weights" in d else None,
+    )  # fmt: skip
 
 
 def message_from_dict(d: Mapping[str, Any], *, allow_empty_id: bool = False) -> Message:
@@ -436,12 +474,18 @@ def subscription_to_dict(s: Subscription) -> dict[str, Any]:
         d["moving"] = True
     if s.predicates:
         d["predicates"] = predicates_to_list(s.predicates, weighted=False)
+    if s.threshold is not None:
+        d["threshold"] = s.threshold
+        d["alpha"] = s.alpha
+        if s.weights is not None:
+            d["weights"] = dict(zip(s.clauses[0], s.weights, strict=True))
     return d
 
 
 SubscriptionRow = tuple
 """(id, clauses, region, moving, keywords, expr) and, for a subscription that is not ``plain``,
-(negated, predicates as (attr, op, value, weight) tuples) after them."""
+(negated, predicates as (attr, op, value, weight) tuples, threshold, alpha, weights) after
+them."""
 
 
 def _region_row(r: Region) -> tuple:
@@ -476,7 +520,7 @@ def subscriptions_to_rows(subs: Sequence[Subscription]) -> list[SubscriptionRow]
         row = (s.id, s.clauses, _region_row(s.region), s.moving, s.keywords, s.expr)
         if not s.plain:
             preds = tuple((p.attr, p.op, p.value, p.weight) for p in s.predicates)
-            row = (*row, s.negated, preds)
+            row = (*row, s.negated, preds, s.threshold, s.alpha, s.weights)
         out.append(row)
     return out
 
@@ -492,7 +536,9 @@ def subscriptions_from_rows(rows: Sequence[SubscriptionRow]) -> list[Subscriptio
             out.append(Subscription(sid, clauses, region, moving, keywords, expr))
         else:
             preds = tuple(Predicate(*p) for p in row[7])
-            out.append(Subscription(sid, clauses, region, moving, keywords, expr, row[6], preds))
+            out.append(
+                Subscription(sid, clauses, region, moving, keywords, expr, row[6], preds, *row[8:])
+            )
     return out
 
 

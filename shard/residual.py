@@ -37,16 +37,17 @@ checked one by one.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 from numba import njit
 
-from shard.applus.tree import subscription_form
-from shard.brute import condition_holds
+from shard.applus.tree import recentre, subscription_form
+from shard.brute import condition_holds, subscription_matches
 from shard.conditions import ConditionColumns
-from shard.geometry import region_hits_point, region_hits_rect
+from shard.geometry import region_bbox, region_hits_point, region_hits_rect
 from shard.model import (
     ADD,
     REMOVE,
@@ -59,6 +60,7 @@ from shard.model import (
     polygon_offset,
 )
 from shard.polygon import polygon_hits
+from shard.ranking import WORLD, core_clauses
 
 
 def core_form(sub: Subscription) -> Subscription:
@@ -70,6 +72,9 @@ def core_form(sub: Subscription) -> Subscription:
     """
     if sub.plain:
         return sub
+    if sub.threshold is not None:  # ranked: its prefix terms, in its rectangle or anywhere
+        clauses, anywhere = core_clauses(sub.clauses[0], sub.term_weights, sub.alpha, sub.threshold)
+        return Subscription(sub.id, clauses, Rect(*WORLD) if anywhere else sub.region, sub.moving)
     clauses = sub.clauses
     if sub.negated is not None:
         kept: list[tuple[str, ...]] = []
@@ -96,6 +101,9 @@ class ResidualIndex:
         """The stored messages each of them holds (absent: none)."""
         self.core_held: dict[str, set[str]] = {}
         """For the moving ones: the stored messages their core form holds (absent: none)."""
+        self._ranked = 0
+        self.region_now: dict[str, Rect] = {}
+        """A moved ranked subscription's rectangle now."""
         self.cond = ConditionColumns()
         """Their conditions as columns, for the compiled test of a publish's candidates; the
         store's ``extra`` column has each one's row (+ 1)."""
@@ -112,8 +120,13 @@ class ResidualIndex:
                 self._register(sub, store.slot_of[sub.id])
         return self
 
+    @property
+    def n_ranked(self) -> int:
+        return self._ranked
+
     def _register(self, sub: Subscription, slot: int) -> None:
         self.subs[sub.id] = sub
+        self._ranked += sub.threshold is not None
         self.inner.store.extra[slot] = self.cond.add(sub) + 1
 
     def __getattr__(self, name: str) -> Any:
@@ -133,6 +146,8 @@ class ResidualIndex:
         core form: the condition with its negations and predicates (``shard.brute``'s
         reference), and a polygon where the slot's box has it now (``shard.polygon``). O(terms
         + predicates + vertices)."""
+        if sub.threshold is not None:
+            return subscription_matches(self.ranked_at(sub, slot), msg)
         if not condition_holds(sub, msg):
             return False
         region = sub.region
@@ -146,6 +161,12 @@ class ResidualIndex:
         return polygon_hits(
             region.rings, dx, dy, 1, (loc.min_lon, loc.min_lat, loc.max_lon, loc.max_lat)
         )
+
+    def ranked_at(self, sub: Subscription, slot: int) -> Subscription:
+        """A ranked subscription where it is now (its rectangle moves with it; the index may
+        hold it anywhere, so the place is kept here)."""
+        region = self.region_now.get(sub.id)
+        return sub if region is None else dataclasses.replace(sub, region=region)
 
     def _live(self, mid: str) -> Message:
         msgs = self.inner.msgs
@@ -211,7 +232,10 @@ class ResidualIndex:
         """Drop what is kept of ``sub_id`` here (before the index forgets its slot)."""
         self.held.pop(sub_id, None)
         self.core_held.pop(sub_id, None)
-        if self.subs.pop(sub_id, None) is not None:
+        self.region_now.pop(sub_id, None)
+        old = self.subs.pop(sub_id, None)
+        if old is not None:
+            self._ranked -= old.threshold is not None
             store = self.inner.store
             slot = store.slot_of.get(sub_id)
             if slot is not None:
@@ -252,18 +276,11 @@ class ResidualIndex:
         if type(region) is Polygon:
             box = tuple(float(v) for v in store.bbox[slot])
             region = Polygon(region.rings, region.base, box)  # type: ignore[arg-type]
+        elif sub.threshold is not None:
+            region = self.region_now.get(sub.id, region)
         elif sub.moving:
             region = self.inner.region_of(slot)
-        return Subscription(
-            sub.id,
-            sub.clauses,
-            region,
-            sub.moving,
-            sub.keywords,
-            sub.expr,
-            sub.negated,
-            sub.predicates,
-        )
+        return dataclasses.replace(sub, region=region)
 
     # ---- time ---------------------------------------------------------------------------------
     def advance(self, now: float) -> list[Update]:
@@ -327,8 +344,8 @@ class ResidualIndex:
         qs = np.unique(f_owner)  # only the messages some of them reached are encoded
         batch = self.cond.encode([messages[q] for q in qs.tolist()])
         ok = self.cond.check(rows, np.searchsorted(qs, f_owner), store.bbox[f_slots], batch)
-        stored = np.fromiter((bool(m.ttl) for m in messages), np.bool_, len(messages))
         subs = self.subs
+        stored = np.fromiter((bool(m.ttl) for m in messages), np.bool_, len(messages))
         for j in np.flatnonzero(stored[f_owner]).tolist():  # what they hold from now on
             sid, mid = names[j], messages[f_owner[j]].id
             if subs[sid].moving:
@@ -384,6 +401,15 @@ class ResidualIndex:
             else:
                 core.discard(u[2])
         store = self.inner.store
+        for sid, point in moves:
+            sub = subs.get(sid)
+            if sub is not None and sub.threshold is not None:
+                now_at = self.region_now.get(sid, sub.region)
+                moved = self.region_now[sid] = recentre(now_at, point)
+                row = int(store.extra[store.slot_of[sid]]) - 1
+                self.cond.move_ranked(
+                    row, (moved.min_lon, moved.min_lat, moved.max_lon, moved.max_lat)
+                )
         for sid in dict.fromkeys(sid for sid, _ in moves if sid in subs):
             sub = subs[sid]
             slot = store.slot_of[sid]
@@ -458,3 +484,80 @@ def _result_slots(alive, mkind, geom, toff, tlen, mterms, cand, TM, cl_off, cl_t
                 n += 1
                 break
     return out[:n].copy()
+
+
+def index_box(sub: Subscription) -> tuple[float, float, float, float]:
+    """The box a subscription is placed by (the shards it goes to): its core form's, so a
+    ranked subscription that can match anywhere goes to every shard.
+
+    >>> index_box(Subscription("s", (("a",),), Rect(0, 0, 1, 1), threshold=0.6, alpha=0.2))
+    (-180.0, -90.0, 180.0, 90.0)
+    """
+    return region_bbox(core_form(sub).region)
+
+
+class StaticChecker:
+    """The exact test of the conditions for a static index (``bench match``): the index holds
+    the subscriptions' core forms (``cores``), marked in its store (``bind``), and the pairs its
+    ``match_encoded`` gives are filtered here (``filter``). An empty checker passes everything, and costs nothing.
+
+    >>> from shard.aptree.tree import APTree
+    >>> from shard.model import Message, Point, Rect, Subscription
+    >>> chk = StaticChecker()
+    >>> subs = [Subscription("s", (("coffee",),), Rect(0, 0, 1, 1), negated=(("starbucks",),))]
+    >>> tree = APTree.build(list(chk.cores(subs)))
+    >>> chk.bind(tree.store)
+    >>> chk.match(tree, [Message("a", ("coffee", "starbucks"), Point(0, 0)), Message("b", ("coffee",), Point(0, 0))])
+    [[], ['s']]
+    """
+
+    def __init__(self) -> None:
+        self.cond = ConditionColumns()
+        self.row_of: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.row_of)
+
+    def cores(self, subs):
+        """``subs`` as their core forms (``shard.residual.core_form``), those with conditions
+        recorded (a later one with the same id replaces an earlier one)."""
+        for sub in subs:
+            row = self.row_of.pop(sub.id, None)
+            if row is not None:
+                self.cond.remove(row)
+            if not sub.plain:
+                self.row_of[sub.id] = self.cond.add(sub)
+            yield core_form(sub)
+
+    def bind(self, store) -> None:
+        """Mark the recorded subscriptions' rows in ``store``'s ``extra`` column (the index's
+        rebuilds carry it). Once, after the index is loaded. O(subscriptions with conditions)."""
+        for sid, row in self.row_of.items():
+            slot = store.slot_of.get(sid)
+            if slot is not None:
+                store.extra[slot] = row + 1
+
+    def filter(self, store, messages: Sequence[Message], out_m: np.ndarray, out_s: np.ndarray):
+        """The pairs (message index, store slot) that hold: those of subscriptions without
+        conditions, and the others' that ``ConditionColumns.check`` passes."""
+        if not self.row_of:
+            return out_m, out_s
+        rows = store.extra[out_s].astype(np.int64) - 1
+        flagged = np.flatnonzero(rows >= 0)
+        if not flagged.size:
+            return out_m, out_s
+        fm = out_m[flagged]
+        qs = np.unique(fm)
+        batch = self.cond.encode([messages[q] for q in qs.tolist()])
+        ok = self.cond.check(
+            rows[flagged], np.searchsorted(qs, fm), store.bbox[out_s[flagged]], batch
+        )
+        keep = np.ones(out_m.shape[0], np.bool_)
+        keep[flagged] = ok
+        return out_m[keep], out_s[keep]
+
+    def match(self, index, messages: Sequence[Message]) -> list[list[str]]:
+        """``index.match_batch(messages)`` with the conditions checked."""
+        out_m, out_s = index.match_encoded(index.encode(messages))
+        out_m, out_s = self.filter(index.store, messages, out_m, out_s)
+        return index.ids_of(len(messages), out_m, out_s)

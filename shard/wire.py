@@ -15,7 +15,9 @@ A round is a list of operations, each a list whose first item says its kind:
                                           [1, lon, lat, radius_m] or [2, rings, box], as
                                           ``subscriptions_to_rows``; extras for one that is
                                           not plain: {"negated": [[term]] or None,
-                                          "predicates": [{"attr", "op", "value"}]})
+                                          "predicates": [{"attr", "op", "value"}],
+                                          "ranked": [threshold, alpha, weights or
+                                          None] or None})
     ["U", id] / ["D", id]                 unsubscribe / detach
     ["M", id, lon, lat]                   move
 
@@ -33,6 +35,7 @@ True
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -86,7 +89,8 @@ def _op(op: tuple) -> list:
         out = ["S", s.id, s.clauses, region, s.moving, s.keywords, s.expr, tag]
         if not s.plain:
             preds = predicates_to_list(s.predicates, weighted=False)
-            out.append({"negated": s.negated, "predicates": preds})
+            ranked = None if s.threshold is None else [s.threshold, s.alpha, s.weights]
+            out.append({"negated": s.negated, "predicates": preds, "ranked": ranked})
         return out
     if kind == "move":
         return ["M", op[1], op[2].lon, op[2].lat]
@@ -113,10 +117,11 @@ def _region(r: Sequence) -> Region:
     )
 
 
-def _extras(i: int, x: Any, n_clauses: int) -> tuple:
-    """(negated, predicates) of a subscription that is not plain, validated."""
-    if not isinstance(x, dict) or set(x) != {"negated", "predicates"}:
-        raise ValidationError(f"ops[{i}].extras", x, "must be {negated, predicates}")
+def _extras(i: int, x: Any, n_clauses: int, n_terms: int) -> tuple:
+    """(negated, predicates, threshold, alpha, weights) of a subscription that is not plain,
+    validated."""
+    if not isinstance(x, dict) or set(x) != {"negated", "predicates", "ranked"}:
+        raise ValidationError(f"ops[{i}].extras", x, "must be {negated, predicates, ranked}")
     neg = x["negated"]
     if neg is not None:
         if not isinstance(neg, tuple) or len(neg) != n_clauses:
@@ -125,7 +130,24 @@ def _extras(i: int, x: Any, n_clauses: int) -> tuple:
     preds = x["predicates"]
     if preds:
         preds = predicates_from_list(f"ops[{i}].predicates", list(preds), weighted=False)
-    return neg, tuple(preds)
+    ranked = x["ranked"]
+    if ranked is None:
+        return neg, tuple(preds), None, 0.5, None
+    if not isinstance(ranked, tuple) or len(ranked) != 3:
+        raise ValidationError(f"ops[{i}].ranked", ranked, "must be [threshold, alpha, weights]")
+    theta, alpha, weights = ranked
+    if weights is not None and (
+        not isinstance(weights, tuple)
+        or len(weights) != n_terms
+        or not all(type(w) is float and w > 0 and math.isfinite(w) for w in weights)
+    ):
+        raise ValidationError(f"ops[{i}].weights", weights, "must be a weight > 0 per term")
+    for name, v in (("threshold", theta), ("alpha", alpha)):
+        if type(v) is not float or not 0.0 <= v <= 1.0:
+            raise ValidationError(f"ops[{i}].{name}", v, "must be a number in [0, 1]")
+    if not alpha < theta:
+        raise ValidationError(f"ops[{i}].threshold", theta, "must be above alpha")
+    return neg, tuple(preds), theta, alpha, weights
 
 
 def _location(xy: Sequence) -> Point | Rect:
@@ -154,8 +176,8 @@ def _decode_op(i: int, w: Any) -> tuple:
             raise ValidationError(f"ops[{i}].clauses", w[2], "must be a list of lists")
         clauses = tuple(_strings(c, f"ops[{i}].clauses") for c in w[2])
         keywords = None if w[5] is None else _strings(w[5], f"ops[{i}].keywords")
-        neg, preds = _extras(i, w[8], len(clauses)) if n == 9 else (None, ())
-        sub = Subscription(w[1], clauses, _region(w[3]), w[4], keywords, w[6], neg, preds)
+        extras = _extras(i, w[8], len(clauses), len(clauses[0])) if n == 9 else ()
+        sub = Subscription(w[1], clauses, _region(w[3]), w[4], keywords, w[6], *extras)
         return ("sub", sub, w[7])
     if code == "M" and n == 4:
         return ("move", w[1], Point(float(w[2]), float(w[3])))

@@ -18,10 +18,10 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import initialize
 
-from geopubsub.convert import from_proto_subscription, to_proto_message
+from geopubsub.convert import from_proto_subscription, to_proto_message, to_proto_subscription
 from geopubsub.v1 import geopubsub_pb2 as pb
-from shard.brute import subscription_matches
 from shard.applus import recentre
+from shard.brute import subscription_matches
 from shard.indexes import RIVAL_NAMES
 from shard.model import ADD, REMOVE, Message, Point, subscription_from_dict
 from shard.state import ShardState
@@ -91,6 +91,7 @@ def test_a_cluster_delivers_not_polygons_and_predicates_as_the_oracle(ray_sessio
     arm = Message("arm", ("zz",), Point(100.5, 44.0), 600.0, attributes=(("price", 3.0),))
     spam = Message("spam", ("spam", "zz"), Point(100.5, 43.0), 600.0, (), None, (("price", 1.0),))
     settings = coordinator_settings(redis_url, uuid.uuid4().hex)
+    n_idf = [0]
 
     async def publish_checked(stub, msgs):
         resp = await stub.Publish(pb.PublishRequest(messages=[to_proto_message(m) for m in msgs]))
@@ -100,9 +101,20 @@ def test_a_cluster_delivers_not_polygons_and_predicates_as_the_oracle(ray_sessio
     async def main():
         async with Cluster(settings) as c:
             stub = c.stub
-            await subscribe_all(stub, [*subs, ell])
+            # the ranked ones after the others: their idf weights count those
+            await subscribe_all(stub, [*(s for s in subs if s.threshold is None), ell])
+            await subscribe_all(stub, [s for s in subs if s.threshold is not None])
             got = await stub.GetSubscription(pb.GetSubscriptionRequest(id="walker"))
             assert from_proto_subscription(got) == ell
+            # ranked ones subscribed without weights got the cluster's idf weights: the oracle
+            # scores with what the cluster holds
+            for i, s in enumerate(subs):
+                if s.threshold is not None:
+                    got = await stub.GetSubscription(pb.GetSubscriptionRequest(id=s.id))
+                    subs[i] = from_proto_subscription(got)
+                    if s.weights is None:
+                        assert subs[i].weights is not None
+                        n_idf[0] += subs[i].weights != (1.0,) * len(subs[i].weights)
             for bad, field in (
                 ({"expr": "zz OR NOT a"}, "subscription.expr"),
                 ({"polygon": [[[0, 0], [1, 1], [1, 0], [0, 1], [0, 0]]]}, "subscription.polygon"),
@@ -147,6 +159,29 @@ def test_a_cluster_delivers_not_polygons_and_predicates_as_the_oracle(ray_sessio
             await publish_checked(
                 stub, [random_message(rng, f"r{i}", attributes=True) for i in range(100)]
             )
+            # a ranked subscription's delivery carries its score
+            ranked = subscription_from_dict(
+                {"id": "ranked", "keywords": ["Cafe", "Latte", "Bagel"], "rect": [10, 10, 12, 12],
+                 "threshold": 0.6, "alpha": 0.3, "weights": {"cafe": 2, "latte": 1, "bagel": 1}}
+            )  # fmt: skip
+            await stub.Subscribe(pb.SubscribeRequest(subscription=to_proto_subscription(ranked)))
+            near = Message("near", ("cafe", "latte"), Point(11, 11))  # 0.3 + 0.7 * 3/4
+            far = Message("far", ("cafe", "latte", "bagel"), Point(50, 50))  # 0.7
+            weak = Message("weak", ("bagel",), Point(11, 11))  # 0.3 + 0.7 / 4 = 0.475
+            resp = await stub.Publish(
+                pb.PublishRequest(messages=[to_proto_message(m) for m in (near, far, weak)])
+            )
+            assert list(resp.matches)[0] >= 1 and list(resp.matches)[2] == sum(
+                subscription_matches(s, weak) for s in subs
+            )
+            stream = stub.StreamResults(pb.StreamResultsRequest(id="ranked", after_sequence=0))
+            got = [await anext(aiter(stream)) for _ in range(2)]
+            stream.cancel()
+            assert [(d.message.id, round(d.score, 9)) for d in got] == [
+                ("near", round(0.3 + 0.7 * 0.75, 9)),
+                ("far", 0.7),
+            ]
+            assert n_idf[0] > 0
 
     asyncio.run(main())
 
@@ -170,6 +205,8 @@ def test_seeded_stress_with_conditions(seed, index):
     mirror.subs = {s.id: s for s in subs}
     ops = random_ops(rng, movers, 150, t0, 0, extras=0.5)
     checked = 0
+    ranked_adds = 0
+    ranked = {s.id for s in subs if s.threshold is not None}
     for i, op in enumerate(ops):
         kind, payload, now = op
         if kind == "move":  # half the moves onto a live message: the interesting case
@@ -194,6 +231,7 @@ def test_seeded_stress_with_conditions(seed, index):
                 if m.ttl:
                     mirror.live[m.id] = (m, now + m.ttl)
             checked += len([u for u in updates if u[1] == ADD])
+            ranked_adds += len([u for u in updates if u[1] == ADD and u[0] in ranked])
         else:
             mirror.apply(updates)
         if kind == "move":
@@ -212,3 +250,4 @@ def test_seeded_stress_with_conditions(seed, index):
             state = ShardState.restore(state.snapshot())
     state.check_invariants()
     assert checked > 100 and len(state.tree.subs) > 100  # it saw conditions at work
+    assert ranked_adds > 5, ranked_adds

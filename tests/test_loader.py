@@ -113,8 +113,10 @@ def test_csv_and_parquet_rows_mean_what_the_json_form_means():
         poly = json.dumps(d["polygon"]) if "polygon" in d else ""
         preds = json.dumps(d["predicates"]) if "predicates" in d else ""
         cells = [d["id"], kws, expr, *map(str, rect), *map(str, circle), str(d.get("moving", ""))]
-        if i % 2 or poly or preds:  # the new layout; else the 11 columns of before
-            cells += [poly, preds]
+        ranked = [str(d.get("threshold", "")), str(d.get("alpha", ""))]
+        ranked.append(json.dumps(d["weights"]) if "weights" in d else "")
+        if i % 2 or poly or preds or d.get("threshold"):  # else the 11 columns of before
+            cells += [poly, preds, *ranked]
         out = io.StringIO()
         csv.writer(out).writerow(cells)
         got_csv = subscription_from_dict(transform.csv_payload(out.getvalue().strip()))
@@ -125,6 +127,11 @@ def test_csv_and_parquet_rows_mean_what_the_json_form_means():
             sub.region,
         )
         assert got_csv.predicates == sub.predicates
+        assert (got_csv.threshold, got_csv.alpha, got_csv.weights) == (
+            sub.threshold,
+            sub.alpha,
+            sub.weights,
+        )
         row = tuple(json.dumps(d[c]) if c == "predicates" and c in d else d.get(c) for c in transform.PARQUET_COLUMNS)  # fmt: skip
         assert subscription_from_dict(transform.parquet_payload(row)) == sub
     assert n_extra > 50

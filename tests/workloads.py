@@ -147,6 +147,21 @@ def random_subscription(
     clauses = tuple(sorted({clause() for _ in range(n)}))
     if not extras:
         return Subscription(sid, clauses, random_region(rng))
+    if rng.random() < extras / 2:  # ranked (paper 004, Sect. 6): its first clause's terms scored
+        region = random_region(rng)
+        if not isinstance(region, Rect):
+            region = Rect(region.lon - 1, region.lat - 1, region.lon + 1, region.lat + 1)
+            region = Rect(max(region.min_lon, -180.0), max(region.min_lat, -90.0), min(region.max_lon, 180.0), min(region.max_lat, 90.0))  # fmt: skip
+        alpha = rng.choice([0.0, 0.2, 0.5, 0.8])
+        theta = alpha + (1 - alpha) * rng.choice([0.05, 0.3, 0.5, 0.75, 1.0])
+        terms = clauses[0]
+        weights = None
+        if rng.random() < 0.5:
+            weights = tuple(rng.choice([0.5, 1.0, 2.0, 3.7]) for _ in terms)
+        preds = random_predicates(rng) if rng.random() < extras else ()
+        return Subscription(
+            sid, (terms,), region, predicates=preds, threshold=theta, alpha=alpha, weights=weights
+        )
     negated = None
     if rng.random() < extras:
         pool = vocab[: len(vocab) // 2]

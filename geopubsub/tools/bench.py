@@ -45,13 +45,13 @@ from shard.applus import APPlusTree
 from shard.aptree import APTree
 from shard.aptree.tree import KEYWORD_ORDERS
 from shard.brute import BruteMatcher
-from shard.conditions import StaticChecker
 from shard.errors import ValidationError
 from shard.events import read_events
 from shard.indexes import INDEX_NAMES, index_class
 from shard.invlist import InvertedList
 from shard.model import Message, Subscription
 from shard.naive_moving import DEFAULT_CELL_DEG, NaiveMoving
+from shard.residual import StaticChecker
 from shard.rivals.base import RivalIndex
 from shard.workload import read_messages, read_subscriptions
 

@@ -358,6 +358,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="subscriptions with 1-2 predicates on price / category / rating",
     )
     c.add_argument(
+        "--ranked-share",
+        type=float,
+        default=0.0,
+        help="subscriptions ranked by similarity (threshold / alpha; paper 004 Sect. 6)",
+    )
+    c.add_argument(
         "--attributes",
         action="store_true",
         help="messages carry price / category / rating (always with --predicate-share)",
@@ -403,7 +409,11 @@ def run(args) -> int:
         "min_area": args.min_area,
         "max_area": args.max_area,
         "conditions": ConditionShares(
-            args.not_share, args.polygon_share, args.predicate_share, args.attributes
+            args.not_share,
+            args.polygon_share,
+            args.predicate_share,
+            args.attributes,
+            args.ranked_share,
         ),
     }
     if args.text == "places":
@@ -423,7 +433,9 @@ def run(args) -> int:
         )
     dt = time.perf_counter() - t0
     extra = "".join(
-        f", {summary[k]:,} {k}" for k in ("not", "polygon", "predicates") if summary.get(k)
+        f", {summary[k]:,} {k}"
+        for k in ("not", "polygon", "predicates", "ranked")
+        if summary.get(k)
     )
     print(
         f"wrote {summary['subs']:,} subscriptions ({summary['dnf']:,} DNF, {summary['circle']:,} circles, "

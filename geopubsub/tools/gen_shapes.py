@@ -68,19 +68,23 @@ class ConditionShares:
     polygon_share: float = 0.0
     predicate_share: float = 0.0
     attributes: bool = False
+    ranked_share: float = 0.0
 
     def check(self) -> None:
         for name, v in (
             ("--not-share", self.not_share),
             ("--polygon-share", self.polygon_share),
             ("--predicate-share", self.predicate_share),
+            ("--ranked-share", self.ranked_share),
         ):
             if not 0.0 <= v <= 1.0:
                 raise ValidationError(name, v, "must be in [0, 1]")
 
     @property
     def any(self) -> bool:
-        return bool(self.not_share or self.polygon_share or self.predicate_share)
+        return bool(
+            self.not_share or self.polygon_share or self.predicate_share or self.ranked_share
+        )
 
     @property
     def messages_have_attributes(self) -> bool:
@@ -146,7 +150,16 @@ def add_conditions(
     """Give the subscription ``d`` (workload form) each condition with its share: ``AND NOT``
     one of ``others`` (terms that occur beside its own in the message it was drawn from, so
     the negation bites), a star-shaped polygon in place of its rectangle, 1-2 predicates on the
-    messages' attributes (``message_attributes``). Counted in ``counts``."""
+    messages' attributes (``message_attributes``); or instead, with ``ranked_share``, make it a
+    ranked subscription (a rectangle's keywords scored: α in [0.1, 0.5], θ between α and 1; a
+    draw only when the share is not 0, so other workloads keep their streams). Counted in
+    ``counts``."""
+    if shares.ranked_share and rng.random() < shares.ranked_share and "keywords" in d and "rect" in d:  # fmt: skip
+        alpha = round(float(rng.uniform(0.1, 0.5)), 3)
+        d["alpha"] = alpha
+        d["threshold"] = round(alpha + (1 - alpha) * float(rng.uniform(0.3, 0.9)), 3)
+        counts["ranked"] = counts.get("ranked", 0) + 1
+        return
     if rng.random() < shares.not_share:
         own = set(d.get("keywords") or _WORD.findall(d.get("expr", "")))
         pool = [t for t in others if t not in own and _WORD.fullmatch(t)]

@@ -70,7 +70,14 @@ class Predicate(_message.Message):
     def __init__(self, attr: _Optional[str] = ..., op: _Optional[str] = ..., value: _Optional[_Union[AttributeValue, _Mapping]] = ..., values: _Optional[_Iterable[_Union[AttributeValue, _Mapping]]] = ...) -> None: ...
 
 class Subscription(_message.Message):
-    __slots__ = ("id", "keywords", "expr", "rect", "circle", "polygon", "moving", "ephemeral", "predicates")
+    __slots__ = ("id", "keywords", "expr", "rect", "circle", "polygon", "moving", "ephemeral", "predicates", "threshold", "alpha", "weights")
+    class WeightsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     ID_FIELD_NUMBER: _ClassVar[int]
     KEYWORDS_FIELD_NUMBER: _ClassVar[int]
     EXPR_FIELD_NUMBER: _ClassVar[int]
@@ -80,6 +87,9 @@ class Subscription(_message.Message):
     MOVING_FIELD_NUMBER: _ClassVar[int]
     EPHEMERAL_FIELD_NUMBER: _ClassVar[int]
     PREDICATES_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    ALPHA_FIELD_NUMBER: _ClassVar[int]
+    WEIGHTS_FIELD_NUMBER: _ClassVar[int]
     id: str
     keywords: _containers.RepeatedScalarFieldContainer[str]
     expr: str
@@ -89,7 +99,10 @@ class Subscription(_message.Message):
     moving: bool
     ephemeral: bool
     predicates: _containers.RepeatedCompositeFieldContainer[Predicate]
-    def __init__(self, id: _Optional[str] = ..., keywords: _Optional[_Iterable[str]] = ..., expr: _Optional[str] = ..., rect: _Optional[_Union[Rect, _Mapping]] = ..., circle: _Optional[_Union[Circle, _Mapping]] = ..., polygon: _Optional[_Union[Polygon, _Mapping]] = ..., moving: bool = ..., ephemeral: bool = ..., predicates: _Optional[_Iterable[_Union[Predicate, _Mapping]]] = ...) -> None: ...
+    threshold: float
+    alpha: float
+    weights: _containers.ScalarMap[str, float]
+    def __init__(self, id: _Optional[str] = ..., keywords: _Optional[_Iterable[str]] = ..., expr: _Optional[str] = ..., rect: _Optional[_Union[Rect, _Mapping]] = ..., circle: _Optional[_Union[Circle, _Mapping]] = ..., polygon: _Optional[_Union[Polygon, _Mapping]] = ..., moving: bool = ..., ephemeral: bool = ..., predicates: _Optional[_Iterable[_Union[Predicate, _Mapping]]] = ..., threshold: _Optional[float] = ..., alpha: _Optional[float] = ..., weights: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class Message(_message.Message):
     __slots__ = ("id", "keywords", "text", "point", "rect", "ttl_s", "time", "attributes")
@@ -119,7 +132,7 @@ class Message(_message.Message):
     def __init__(self, id: _Optional[str] = ..., keywords: _Optional[_Iterable[str]] = ..., text: _Optional[str] = ..., point: _Optional[_Union[Point, _Mapping]] = ..., rect: _Optional[_Union[Rect, _Mapping]] = ..., ttl_s: _Optional[float] = ..., time: _Optional[float] = ..., attributes: _Optional[_Mapping[str, AttributeValue]] = ...) -> None: ...
 
 class Delivery(_message.Message):
-    __slots__ = ("subscription_id", "sequence", "kind", "message", "time", "gap_from")
+    __slots__ = ("subscription_id", "sequence", "kind", "message", "time", "gap_from", "score")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         ADD: _ClassVar[Delivery.Kind]
@@ -134,13 +147,15 @@ class Delivery(_message.Message):
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
     GAP_FROM_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
     subscription_id: str
     sequence: int
     kind: Delivery.Kind
     message: Message
     time: float
     gap_from: int
-    def __init__(self, subscription_id: _Optional[str] = ..., sequence: _Optional[int] = ..., kind: _Optional[_Union[Delivery.Kind, str]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., time: _Optional[float] = ..., gap_from: _Optional[int] = ...) -> None: ...
+    score: float
+    def __init__(self, subscription_id: _Optional[str] = ..., sequence: _Optional[int] = ..., kind: _Optional[_Union[Delivery.Kind, str]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., time: _Optional[float] = ..., gap_from: _Optional[int] = ..., score: _Optional[float] = ...) -> None: ...
 
 class SubscribeRequest(_message.Message):
     __slots__ = ("subscription", "subscriptions")

@@ -1,0 +1,67 @@
+"""Ranked subscriptions in the cluster (``shard.ranking``): the term weights the cluster gives
+them, and the score a delivery carries.
+
+* **Weights.** The coordinator counts, over the subscriptions it holds, how many name each term
+  (``TermCounts``, kept by the router as subscriptions come and go, rebuilt from Redis at
+  start). A ranked subscription subscribed without ``weights`` gets each term's smoothed idf
+  then (``shard.ranking.idf_weight``), and keeps them (they are written to Redis with it).
+* **Scores.** A delivery (ADD) to a ranked subscription carries ψ(s, m), computed here from the
+  subscription as the coordinator holds it when the delivery is built (a moving one where it
+  was last moved to) and the message: the same ``shard.ranking.score`` the shards decide with.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from geopubsub.convert import from_proto_message
+from geopubsub.v1 import geopubsub_pb2 as pb
+from shard.brute import ranked_score
+from shard.model import Subscription
+from shard.ranking import idf_weight
+
+
+class TermCounts:
+    """How many of the held subscriptions name each term (any clause, counted once each)."""
+
+    def __init__(self) -> None:
+        self.df: Counter[str] = Counter()
+        self.n = 0
+
+    @staticmethod
+    def _terms(sub: Subscription) -> set[str]:
+        return {t for clause in sub.clauses for t in clause}
+
+    def add(self, sub: Subscription) -> None:
+        self.n += 1
+        self.df.update(self._terms(sub))
+
+    def remove(self, sub: Subscription) -> None:
+        self.n -= 1
+        self.df.subtract(self._terms(sub))
+
+    def weights(self, sub: Subscription) -> Subscription:
+        """``sub`` with idf weights if it is ranked and has none (else ``sub`` itself).
+
+        >>> from shard.model import Rect
+        >>> tc = TermCounts()
+        >>> for i in range(9):
+        ...     tc.add(Subscription(f"p{i}", (("common",),), Rect(0, 0, 1, 1)))
+        >>> r = tc.weights(Subscription("r", (("common", "rare"),), Rect(0, 0, 1, 1), threshold=0.8))
+        >>> [round(w, 3) for w in r.weights]
+        [1.0, 3.303]
+        """
+        if sub.threshold is None or sub.weights is not None:
+            return sub
+        w = tuple(idf_weight(self.n, max(self.df[t], 0)) for t in sub.clauses[0])
+        return Subscription(
+            sub.id, sub.clauses, sub.region, sub.moving, sub.keywords, sub.expr, sub.negated,
+            sub.predicates, sub.threshold, sub.alpha, w,
+        )  # fmt: skip
+
+
+def delivery_score(sub: Subscription | None, message: pb.Message) -> float | None:
+    """ψ(s, m) for an ADD of ``message`` to ``sub`` if ``sub`` is ranked, else None."""
+    if sub is None or sub.threshold is None:
+        return None
+    return ranked_score(sub, from_proto_message(message, default_id=message.id or "m"))
