@@ -190,6 +190,8 @@ class Delivery:
     gap_from: int = 0
     """For ``kind == "gap"``: the deliveries ``gap_from`` .. ``sequence`` cannot be served (not
     retained, or never logged): the server says so instead of skipping them."""
+    score: float = 0.0
+    """For an ADD to a ranked subscription: the message's similarity score."""
 
     @classmethod
     def from_proto(cls, delivery: pb.Delivery) -> Delivery:
@@ -220,6 +222,7 @@ class Delivery:
             msg.text,
             location,
             delivery.time,
+            score=delivery.score,
         )
 
     def __str__(self) -> str:
@@ -240,6 +243,8 @@ class Delivery:
             parts.append(",".join(self.keywords) if self.keywords else repr(self.text))
         if self.location is not None:
             parts.append("@" + ",".join(f"{x:g}" for x in self.location))
+        if self.score:
+            parts.append(f"score={self.score:.4g}")
         return " ".join(parts)
 
 
@@ -363,6 +368,9 @@ class GeoPubSubClient:
         circle: Coordinates | None = None,
         polygon: Sequence[Sequence[Coordinates]] | None = None,
         predicates: Sequence[Mapping[str, Any]] | None = None,
+        threshold: float | None = None,
+        alpha: float | None = None,
+        weights: Mapping[str, float] | None = None,
         moving: bool = False,
         ephemeral: bool = False,
     ) -> str:
@@ -371,8 +379,10 @@ class GeoPubSubClient:
         refurbished``), and one of ``rect`` ``(min_lon, min_lat, max_lon, max_lat)``, ``circle``
         ``(lon, lat, radius_m)`` and ``polygon`` (rings of ``(lon, lat)``, the exterior first,
         each closed); ``predicates`` on the messages' attributes (``[{"attr": "price", "op":
-        "<=", "value": 5}]``, docs/LIMITS.md) must all hold. ``ephemeral``: its deliveries skip
-        the retention log (a live result stream only).
+        "<=", "value": 5}]``, docs/LIMITS.md) must all hold. ``threshold`` (with ``alpha``, and
+        optionally ``weights`` by keyword) makes it ranked: the keywords are scored, not all
+        required (``shard.ranking``; its deliveries carry the score). ``ephemeral``: its
+        deliveries skip the retention log (a live result stream only).
         """
         d: dict[str, Any] = {"id": id, "moving": moving}
         for name, value in (("keywords", keywords), ("expr", expr)):
@@ -385,6 +395,9 @@ class GeoPubSubClient:
             d["polygon"] = [[list(p) for p in ring] for ring in polygon]
         if predicates is not None:
             d["predicates"] = [dict(p) for p in predicates]
+        for name, value in (("threshold", threshold), ("alpha", alpha), ("weights", weights)):
+            if value is not None:
+                d[name] = dict(value) if name == "weights" else value
         sub = to_proto_subscription(subscription_from_dict(d))
         sub.ephemeral = ephemeral
         return self._stub.Subscribe(

@@ -403,6 +403,40 @@ def test_polygons_predicates_and_attributes_from_the_command_line(capsys, server
             argv += ["--attr", a]
         code, out, _ = run(capsys, *argv, *common)
         assert (code, out) == (0, f"published m: {matched} matched\n"), attrs
+    run(capsys, "unsubscribe", "--id", "p1", *common)
+    # a ranked one: its keywords scored by weight, the region counting alpha
+    code, out, _ = run(
+        capsys,
+        "subscribe",
+        "--id",
+        "r1",
+        "--keywords",
+        "cafe",
+        "latte",
+        "--rect",
+        "0",
+        "0",
+        "2",
+        "2",
+        "--threshold",
+        "0.6",
+        "--alpha",
+        "0.2",
+        "--weight",
+        "cafe=3",
+        *common,
+    )
+    assert (code, out) == (0, "subscribed r1\n")
+    r = fake.subs["r1"]
+    assert (r.threshold, r.alpha, r.weights) == (0.6, 0.2, (3.0, 1.0))
+    for kws, point, matched in (
+        (["cafe"], ("1", "1"), 1),  # 0.2 + 0.8 * 3/4 = 0.8
+        (["latte"], ("1", "1"), 0),  # 0.2 + 0.8 / 4 = 0.4
+        (["cafe", "latte"], ("9", "9"), 1),  # outside: 0.8 * 1
+        (["latte"], ("9", "9"), 0),  # outside: 0.8 / 4 = 0.2
+    ):
+        code, out, _ = run(capsys, "publish", "--keywords", *kws, "--point", *point, *common)
+        assert (code, out.split(": ")[1]) == (0, f"{matched} matched\n"), kws
 
 
 def test_unreachable_coordinator_exits_1_with_a_hint(capsys, tmp_path):

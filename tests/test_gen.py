@@ -42,9 +42,43 @@ def test_deterministic_and_valid(tmp_path):
     assert len(unclipped) > 0.8 * len(areas)
 
 
+@pytest.mark.parametrize("text", ["synthetic", "places"])
+def test_conditions_of_each_kind_and_the_plain_part_unchanged(tmp_path, text):
+    """NOT, polygons, predicates and ranked subscriptions at their shares, every line valid,
+    messages with attributes; the subscriptions without any are those of the plain workload
+    (the conditions draw from a stream of their own)."""
+    plain, mixed = tmp_path / "p", tmp_path / "m"
+    main(["gen", "--text", text, "--subs", "3000", "--msgs", "300", "--seed", "2", "--out", str(plain)])  # fmt: skip
+    main(
+        ["gen", "--text", text, "--subs", "3000", "--msgs", "300", "--seed", "2", "--out",
+         str(mixed), "--not-share", "0.1", "--polygon-share", "0.1", "--predicate-share", "0.1",
+         "--ranked-share", "0.1"]
+    )  # fmt: skip
+    subs = [
+        subscription_from_dict(json.loads(x))
+        for x in (mixed / "subs.jsonl").read_text().splitlines()
+    ]
+    msgs = [
+        message_from_dict(json.loads(x)) for x in (mixed / "msgs.jsonl").read_text().splitlines()
+    ]
+    share = {
+        "not": sum(s.negated is not None for s in subs) / len(subs),
+        "polygon": sum(hasattr(s.region, "rings") for s in subs) / len(subs),
+        "predicates": sum(bool(s.predicates) for s in subs) / len(subs),
+        "ranked": sum(s.threshold is not None for s in subs) / len(subs),
+    }
+    assert all(0.04 < v < 0.16 for v in share.values()), share
+    assert sum(bool(m.attributes) for m in msgs) > 0.8 * len(msgs)
+    before = [json.loads(x) for x in (plain / "subs.jsonl").read_text().splitlines()]
+    after = [json.loads(x) for x in (mixed / "subs.jsonl").read_text().splitlines()]
+    kept = [a for a in after if a == before[int(a["id"][1:])]]
+    assert len(kept) > 0.5 * len(after)
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
+        (["--subs", "1", "--msgs", "1", "--ranked-share", "2"], "--ranked-share"),
         (["--subs", "-1", "--msgs", "1"], "--subs"),
         (["--subs", "1", "--msgs", "1", "--dnf-share", "1.5"], "--dnf-share"),
         (["--subs", "1", "--msgs", "1", "--space", "10,0,5,1"], "--space"),

@@ -180,6 +180,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="a condition on the messages' attributes, all must hold (repeat): 'price<=5', "
         "'category in food,drinks', 'price between 1,5', 'rating>=4', or a JSON object",
     )
+    s.add_argument(
+        "--threshold",
+        type=float,
+        help="ranked: deliver when alpha*spatial + (1-alpha)*textual similarity >= this "
+        "(the keywords are scored, not all required; docs/LIMITS.md)",
+    )
+    s.add_argument("--alpha", type=float, help="ranked: the weight of spatial similarity (0.5)")
+    s.add_argument(
+        "--weight",
+        action="append",
+        default=[],
+        metavar="KEYWORD=W",
+        help="ranked: a keyword's weight (repeat; default: the cluster's idf)",
+    )
     s.add_argument("--moving", action="store_true", help="a moving subscription (geopubsub move)")
     s.add_argument(
         "--follow",
@@ -418,6 +432,9 @@ def run_subscribe(args: argparse.Namespace) -> int:
             circle=args.circle,
             polygon=_json_arg("--polygon", args.polygon) if args.polygon else None,
             predicates=[parse_predicate(t) for t in args.predicate] or None,
+            threshold=args.threshold,
+            alpha=args.alpha,
+            weights=dict(parse_attribute(t) for t in args.weight) or None,
             moving=args.moving,
         )
         print(f"subscribed {sid}", flush=True)
