@@ -181,17 +181,46 @@ class ResidualIndex:
         (and replacements of them) one by one with their result sets compared."""
         updates = self.advance(now) if now is not None else []
         run: list[Subscription] = []
+        run_ids: set[str] = set()
+        fresh: set[str] = set()  # new ids with conditions in the run
         for sub in subs:
-            if sub.plain and sub.id not in self.subs:
-                run.append(sub)
+            sid = sub.id
+            if sid in self.subs or sid in fresh or (not sub.plain and (sid in self.inner or sid in run_ids)):  # fmt: skip
+                updates += self._subscribe_run(run, fresh)
+                run, run_ids, fresh = [], set(), set()
+                updates += self._subscribe_checked(sub)
                 continue
-            if run:
-                updates += self.inner.subscribe_many(run)
-                run = []
-            updates += self._subscribe_checked(sub)
-        if run:
-            updates += self.inner.subscribe_many(run)
-        return updates
+            run.append(sub)
+            run_ids.add(sid)
+            if not sub.plain:
+                fresh.add(sid)
+        return updates + self._subscribe_run(run, fresh)
+
+    def _subscribe_run(self, run: list[Subscription], fresh: set[str]) -> list[Update]:
+        """Subscriptions into the index in one call: plain ones (new or replacing plain ones)
+        and new ones with conditions (``fresh``), whose +m are then checked."""
+        if not run:
+            return []
+        ups = self.inner.subscribe_many([core_form(s) for s in run])
+        if not fresh:
+            return ups
+        store = self.inner.store
+        for sub in run:
+            if sub.id in fresh:
+                self._register(sub, store.slot_of[sub.id])
+        out = []
+        for u in ups:
+            sid = u[0]
+            if sid not in fresh:
+                out.append(u)
+                continue
+            sub = self.subs[sid]  # a new subscription: its updates are +m
+            if sub.moving:
+                self.core_held.setdefault(sid, set()).add(u[2])
+            if self.holds(sub, self._live(u[2]), store.slot_of[sid]):
+                self.held.setdefault(sid, set()).add(u[2])
+                out.append(u)
+        return out
 
     def subscribe(self, sub: Subscription, now: float | None = None) -> list[Update]:
         return self.subscribe_many([sub], now)
