@@ -48,6 +48,7 @@ subscribers were told and applies the difference to the state in Redis with deli
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -224,12 +225,8 @@ def from_record(
 def _same(a: Subscription, b: Subscription) -> bool:
     """Whether two versions of a subscription match the same (a decoded one may spell its
     keywords otherwise)."""
-    return (
-        a.clauses == b.clauses
-        and a.region == b.region
-        and a.moving == b.moving
-        and a.negated == b.negated
-        and a.predicates == b.predicates
+    return dataclasses.replace(a, keywords=None, expr=None) == dataclasses.replace(
+        b, keywords=None, expr=None
     )
 
 
