@@ -29,8 +29,11 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from shard.aptree.match import pack_terms
+from shard.aptree.vocab import VocabTable
+from shard.geometry import location_bbox
 from shard.model import Message, Point, Polygon, Subscription
-from shard.polygon import MSG_POINT, MSG_RECT, PolygonColumns
+from shard.polygon import PolygonColumns
 from shard.polygon import check_pairs as polygon_pairs
 from shard.predicates import AttributeBatch, PredicateColumns
 from shard.predicates import check_pairs as predicate_pairs
@@ -66,6 +69,8 @@ class ConditionColumns:
 
     def __init__(self) -> None:
         self.vocab: dict[str, int] = {}
+        self.table = VocabTable()
+        """``vocab`` compiled: a batch's terms are looked up in one call (``encode``)."""
         self.polygons = PolygonColumns()
         self.predicates = PredicateColumns()
         self.c_first = np.zeros(0, np.int64)
@@ -102,6 +107,7 @@ class ConditionColumns:
         i = self.vocab.get(t)
         if i is None:
             i = self.vocab[t] = len(self.vocab)
+            self.table.add([t], [i])
         return i
 
     # ---- rows ---------------------------------------------------------------------------------
@@ -214,25 +220,27 @@ class ConditionColumns:
 
     # ---- batches ------------------------------------------------------------------------------
     def encode(self, messages: Sequence[Message]) -> ConditionBatch:
-        """A batch's messages as ``check`` reads them. O(terms + attributes)."""
-        get = self.vocab.get
-        off = np.zeros(len(messages) + 1, np.int64)
-        ids: list[int] = []
-        kind = np.empty(len(messages), np.int64)
-        geom = np.empty((len(messages), 4))
-        for i, m in enumerate(messages):
-            known = sorted(x for x in map(get, m.terms) if x is not None)
-            ids += known
-            off[i + 1] = len(ids)
-            loc = m.location
-            if type(loc) is Point:
-                kind[i] = MSG_POINT
-                geom[i] = (loc.lon, loc.lat, loc.lon, loc.lat)
-            else:
-                kind[i] = MSG_RECT
-                geom[i] = (loc.min_lon, loc.min_lat, loc.max_lon, loc.max_lat)
-        attrs = self.predicates.encode_messages([m.attributes for m in messages])
-        return ConditionBatch(off, np.asarray(ids, np.int32), kind, geom, attrs)
+        """A batch's messages as ``check`` reads them: their terms looked up in one compiled
+        call (``shard.aptree.vocab``), their boxes, their attributes (when some row has
+        predicates). O(terms + attributes)."""
+        n = len(messages)
+        term_lists = [m.terms for m in messages]
+        lens = np.fromiter(map(len, term_lists), np.int64, n)
+        ids = self.table.lookup_lists(term_lists, int(lens.sum()))
+        off, terms = pack_terms(ids, lens)
+        locs = [m.location for m in messages]
+        kind = np.fromiter((type(x) is not Point for x in locs), np.int64, n)
+        geom = np.array([location_bbox(x) for x in locs], np.float64).reshape(-1, 4)
+        if len(self.predicates):
+            attrs = self.predicates.encode_messages([m.attributes for m in messages])
+        else:  # no predicate to test: no attribute to encode
+            attrs = AttributeBatch(
+                np.zeros(n + 1, np.int64),
+                np.zeros(0, np.int32),
+                np.zeros(0),
+                self.predicates.generation,
+            )
+        return ConditionBatch(off, terms, kind, geom, attrs)
 
     def check(
         self, rows: np.ndarray, msg: np.ndarray, boxes: np.ndarray, batch: ConditionBatch
