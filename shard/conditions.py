@@ -219,18 +219,27 @@ class ConditionColumns:
         self.dead_clauses = 0
 
     # ---- batches ------------------------------------------------------------------------------
-    def encode(self, messages: Sequence[Message]) -> ConditionBatch:
+    def encode(
+        self,
+        messages: Sequence[Message],
+        kind: np.ndarray | None = None,
+        geom: np.ndarray | None = None,
+    ) -> ConditionBatch:
         """A batch's messages as ``check`` reads them: their terms looked up in one compiled
-        call (``shard.aptree.vocab``), their boxes, their attributes (when some row has
-        predicates). O(terms + attributes)."""
+        call (``shard.aptree.vocab``), their kinds and boxes (``kind`` / ``geom`` when the
+        caller has them already, as an index's ``EncodedMessages`` do), their attributes (when
+        some row has predicates). O(terms + attributes)."""
         n = len(messages)
         term_lists = [m.terms for m in messages]
         lens = np.fromiter(map(len, term_lists), np.int64, n)
         ids = self.table.lookup_lists(term_lists, int(lens.sum()))
         off, terms = pack_terms(ids, lens)
-        locs = [m.location for m in messages]
-        kind = np.fromiter((type(x) is not Point for x in locs), np.int64, n)
-        geom = np.array([location_bbox(x) for x in locs], np.float64).reshape(-1, 4)
+        if kind is None or geom is None:
+            locs = [m.location for m in messages]
+            kind = np.fromiter((type(x) is not Point for x in locs), np.int64, n)
+            geom = np.array([location_bbox(x) for x in locs], np.float64).reshape(-1, 4)
+        else:
+            kind = kind.astype(np.int64)
         if len(self.predicates):
             attrs = self.predicates.encode_messages([m.attributes for m in messages])
         else:  # no predicate to test: no attribute to encode

@@ -566,9 +566,12 @@ class StaticChecker:
             if slot is not None:
                 store.extra[slot] = row + 1
 
-    def filter(self, store, messages: Sequence[Message], out_m: np.ndarray, out_s: np.ndarray):
+    def filter(
+        self, store, messages: Sequence[Message], out_m: np.ndarray, out_s: np.ndarray, encoded=None
+    ):
         """The pairs (message index, store slot) that hold: those of subscriptions without
-        conditions, and the others' that ``ConditionColumns.check`` passes."""
+        conditions, and the others' that ``ConditionColumns.check`` passes. ``encoded``: the
+        index's ``EncodedMessages`` of the batch, whose kinds and boxes are reused."""
         if not self.row_of:
             return out_m, out_s
         rows = store.extra[out_s].astype(np.int64) - 1
@@ -577,7 +580,11 @@ class StaticChecker:
             return out_m, out_s
         fm = out_m[flagged]
         qs = np.unique(fm)
-        batch = self.cond.encode([messages[q] for q in qs.tolist()])
+        if encoded is None:
+            batch = self.cond.encode([messages[q] for q in qs.tolist()])
+        else:
+            picked = [messages[q] for q in qs.tolist()]
+            batch = self.cond.encode(picked, encoded.kind[qs], encoded.geom[qs])
         ok = self.cond.check(
             rows[flagged], np.searchsorted(qs, fm), store.bbox[out_s[flagged]], batch
         )
@@ -587,6 +594,7 @@ class StaticChecker:
 
     def match(self, index, messages: Sequence[Message]) -> list[list[str]]:
         """``index.match_batch(messages)`` with the conditions checked."""
-        out_m, out_s = index.match_encoded(index.encode(messages))
-        out_m, out_s = self.filter(index.store, messages, out_m, out_s)
+        encoded = index.encode(messages)
+        out_m, out_s = index.match_encoded(encoded)
+        out_m, out_s = self.filter(index.store, messages, out_m, out_s, encoded)
         return index.ids_of(len(messages), out_m, out_s)

@@ -275,7 +275,7 @@ def _match_all(
             b = time.perf_counter()
             out_m, out_s = index.match_encoded(encoded)
             if checker is not None:
-                out_m, out_s = checker.filter(index.store, batch, out_m, out_s)
+                out_m, out_s = checker.filter(index.store, batch, out_m, out_s, encoded)
             c = time.perf_counter()
             result = index.ids_of(len(batch), out_m, out_s)
             phase[0] += b - a

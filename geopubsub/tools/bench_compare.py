@@ -276,8 +276,9 @@ def _match_all(index, msgs: Sequence[Message], checker: StaticChecker) -> float:
     t0 = time.perf_counter()
     for i in range(0, len(msgs), MATCH_BATCH):
         batch = msgs[i : i + MATCH_BATCH]
-        out_m, out_s = index.match_encoded(index.encode(batch))
-        out_m, out_s = checker.filter(index.store, batch, out_m, out_s)
+        encoded = index.encode(batch)
+        out_m, out_s = index.match_encoded(encoded)
+        out_m, out_s = checker.filter(index.store, batch, out_m, out_s, encoded)
         index.ids_of(len(batch), out_m, out_s)
     return time.perf_counter() - t0
 
