@@ -50,13 +50,16 @@ def grid_shape(cols: int, rows: int) -> tuple[int, int]:
     return cols, rows
 
 
-def count_centres(store, own, view, cols: int, rows: int, term: int) -> np.ndarray:
+def count_centres(
+    store, own, view, cols: int, rows: int, term: int, bbox: np.ndarray | None = None
+) -> np.ndarray:
     """The grid (``rows * cols`` counts, row by row from the south-west) of the stored
     subscriptions whose centre ``own`` owns and ``view`` holds; ``term`` >= 0: only those whose
-    condition names that term id, -1: all."""
+    condition names that term id, -1: all. ``bbox``: the boxes to take rectangles' centres
+    from, when not the store's own (``ResidualIndex.centre_boxes``)."""
     return _count(
         store.kind,
-        store.bbox,
+        store.bbox if bbox is None else bbox,
         store.circ,
         store.first_clause,
         store.n_clauses,

@@ -311,6 +311,25 @@ class ResidualIndex:
             region = self.inner.region_of(slot)
         return dataclasses.replace(sub, region=region)
 
+    def centre_boxes(self) -> np.ndarray:
+        """The store's boxes, with a ranked subscription filed for the whole world given its
+        rectangle where it is now: what a density map counts by its centre."""
+        store = self.inner.store
+        if not self.n_ranked:
+            return store.bbox
+        out = None
+        for sid, sub in self.subs.items():
+            if sub.threshold is None:
+                continue
+            slot = store.slot_of[sid]
+            r = self.region_now.get(sid, sub.region)
+            box = (r.min_lon, r.min_lat, r.max_lon, r.max_lat)
+            if tuple(store.bbox[slot]) != box:
+                if out is None:
+                    out = store.bbox.copy()
+                out[slot] = box
+        return store.bbox if out is None else out
+
     # ---- time ---------------------------------------------------------------------------------
     def advance(self, now: float) -> list[Update]:
         """The index's expirations, those of subscriptions with conditions only where they held

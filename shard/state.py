@@ -418,7 +418,7 @@ class ShardState:
             term = store.vocab.get(keyword, -2)
             if term == -2:
                 return np.zeros(rows * cols, np.uint32)
-        return count_centres(store, own, view, cols, rows, term)
+        return count_centres(store, own, view, cols, rows, term, self.tree.centre_boxes())
 
     def check_invariants(self) -> None:
         """Assert the tree's structural invariants."""

@@ -80,3 +80,21 @@ def test_alpha_and_weights_need_a_threshold_and_the_form_round_trips():
     s = subscription_from_dict({**GOOD, "alpha": 0.25, "weights": {"IPAD": 2.5}})
     assert (s.threshold, s.alpha, s.weights) == (0.7, 0.25, (2.5, 1.0))
     assert subscription_from_dict(subscription_to_dict(s)) == s
+
+
+def test_a_ranked_subscription_filed_everywhere_counts_where_its_rectangle_is():
+    """Filed for the whole world (its terms alone can reach θ), it is counted on a density map
+    in the cell of its rectangle's centre, and after a move in the new one's."""
+    from shard.model import Point, Rect, Subscription
+    from shard.state import ShardState
+
+    s = ShardState(0)
+    sub = Subscription("r", (("a", "b"),), Rect(10, 10, 12, 12), True, threshold=0.6, alpha=0.2)
+    s.subscribe_batch([sub], 0.0)
+    world = (-180, -90, 180, 90)
+    assert s.tree.store.bbox[s.tree.store.slot_of["r"]].tolist() == list(world)
+    grid = s.density(world, world, 36, 18).reshape(18, 36)
+    assert [a.tolist() for a in grid.nonzero()] == [[10], [19]]
+    s.move_batch([("r", Point(-55.0, 45.0))], 1.0)
+    grid = s.density(world, world, 36, 18).reshape(18, 36)
+    assert [a.tolist() for a in grid.nonzero()] == [[13], [12]]
