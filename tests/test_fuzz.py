@@ -143,6 +143,26 @@ def _value(field: FieldDescriptor, depth: int):
     raise AssertionError(f"no strategy for {field.full_name}")
 
 
+def _is_map(f: FieldDescriptor) -> bool:
+    return f.type == FieldDescriptor.TYPE_MESSAGE and f.message_type.GetOptions().map_entry
+
+
+def _map_items(f: FieldDescriptor, depth: int):
+    """(key, value) pairs for the map field ``f``."""
+    key, value = f.message_type.fields_by_name["key"], f.message_type.fields_by_name["value"]
+    return st.lists(st.tuples(_value(key, depth), _value(value, depth)), max_size=4)
+
+
+def _put(msg, f: FieldDescriptor, items) -> None:
+    container = getattr(msg, f.name)
+    is_msg = f.message_type.fields_by_name["value"].type == FieldDescriptor.TYPE_MESSAGE
+    for k, v in items:
+        if is_msg:
+            container[k].CopyFrom(v)
+        else:
+            container[k] = v
+
+
 def _message(descriptor, depth: int = 0):
     cls = getattr(pb, descriptor.name)
     if depth > 3:
@@ -155,7 +175,9 @@ def _message(descriptor, depth: int = 0):
     def build(draw):
         msg = cls()
         for f in draw(st.lists(st.sampled_from(fields), max_size=len(fields) + 2)):
-            if f.label == FieldDescriptor.LABEL_REPEATED:
+            if _is_map(f):  # map<K, V>: entries by key
+                _put(msg, f, draw(_map_items(f, depth)))
+            elif f.label == FieldDescriptor.LABEL_REPEATED:
                 values = draw(st.lists(_value(f, depth), max_size=4))
                 container = getattr(msg, f.name)
                 if f.type == FieldDescriptor.TYPE_MESSAGE:
@@ -264,6 +286,8 @@ def _slots(msg) -> list:
     out = []
     for f in msg.DESCRIPTOR.fields:
         out.append((msg, f))
+        if _is_map(f):
+            continue
         if f.type == FieldDescriptor.TYPE_MESSAGE:
             if f.label == FieldDescriptor.LABEL_REPEATED:
                 for sub in getattr(msg, f.name):
@@ -282,17 +306,19 @@ def test_one_hostile_field_in_a_request_that_was_valid(coordinator, data):
     request = _valid(method.name, data.draw(st.integers(0, 5)))
     if data.draw(st.booleans()):  # else sent as it is
         msg, f = data.draw(st.sampled_from(_slots(request)))
-        value = data.draw(_value(f, 2))
-        if f.label == FieldDescriptor.LABEL_REPEATED:
+        if _is_map(f):
+            _put(msg, f, data.draw(_map_items(f, 2)))
+        elif f.label == FieldDescriptor.LABEL_REPEATED:
+            value = data.draw(_value(f, 2))
             container = getattr(msg, f.name)
             if f.type == FieldDescriptor.TYPE_MESSAGE:
                 container.add().CopyFrom(value)
             else:
                 container.append(value)
         elif f.type == FieldDescriptor.TYPE_MESSAGE:
-            getattr(msg, f.name).CopyFrom(value)
+            getattr(msg, f.name).CopyFrom(data.draw(_value(f, 2)))
         else:
-            setattr(msg, f.name, value)
+            setattr(msg, f.name, data.draw(_value(f, 2)))
     code = _call(coordinator, method, [request])
     assert code in DOCUMENTED, (method.name, code, request)
 
