@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given
 
 from shard.errors import ValidationError
-from shard.model import subscription_from_dict, subscription_to_dict
+from shard.model import Point, Rect, Subscription, subscription_from_dict, subscription_to_dict
 from shard.ranking import core_clauses, idf_weight, score
+from shard.state import ShardState
 
 TERMS = ("a", "b", "c", "d", "e")
 
@@ -85,9 +86,6 @@ def test_alpha_and_weights_need_a_threshold_and_the_form_round_trips():
 def test_a_ranked_subscription_filed_everywhere_counts_where_its_rectangle_is():
     """Filed for the whole world (its terms alone can reach θ), it is counted on a density map
     in the cell of its rectangle's centre, and after a move in the new one's."""
-    from shard.model import Point, Rect, Subscription
-    from shard.state import ShardState
-
     s = ShardState(0)
     sub = Subscription("r", (("a", "b"),), Rect(10, 10, 12, 12), True, threshold=0.6, alpha=0.2)
     s.subscribe_batch([sub], 0.0)
