@@ -29,10 +29,10 @@ from coordinator.access import role_allows
 from geopubsub.client import Endpoint, GeoPubSubClient
 from geopubsub.convert import to_proto_message, to_proto_subscription
 from geopubsub.tools.livemap.outlines import outlines
-from geopubsub.tools.livemap.server import serve
+from geopubsub.tools.livemap.server import serve, subscription_json
 from geopubsub.v1 import geopubsub_pb2 as pb
 from shard.geometry import region_bbox
-from shard.model import Circle, Message, Point, Rect, Subscription
+from shard.model import Circle, Message, Point, Rect, Subscription, subscription_from_dict
 from shard.partition_map import PartitionMap, bbox_centre
 from shard.state import ShardState
 from tests.clusters import Cluster, coordinator_settings, subscribe_all
@@ -104,6 +104,23 @@ def test_the_map_calls_are_an_admins():
         assert role_allows("admin", path)
         assert not role_allows("subscriber", path)
         assert not role_allows("publisher", path)
+
+
+def test_a_polygon_and_a_ranked_subscription_reach_the_page_as_drawn():
+    """The page draws a chosen subscription's region: a polygon as its rings (where it is now),
+    a ranked one with its threshold beside its keywords."""
+    poly = subscription_from_dict(
+        {"id": "p", "keywords": ["x"], "polygon": [[[0, 0], [4, 0], [0, 4], [0, 0]]]}
+    )
+    got = subscription_json(to_proto_subscription(poly))
+    assert got["polygon"] == [[[0.0, 0.0], [4.0, 0.0], [0.0, 4.0], [0.0, 0.0]]]
+    assert "rect" not in got and "circle" not in got
+    ranked = subscription_from_dict(
+        {"id": "r", "keywords": ["a", "b"], "rect": [0, 0, 1, 1], "threshold": 0.7}
+    )
+    assert subscription_json(to_proto_subscription(ranked))["condition"] == (
+        "a b (ranked: threshold 0.7)"
+    )
 
 
 def test_the_outlines_come_from_the_package():

@@ -96,6 +96,10 @@ def subscription_json(s: pb.Subscription) -> dict[str, Any]:
     elif s.HasField("circle"):
         c = s.circle
         out["circle"] = [c.lon, c.lat, c.radius_m]
+    elif s.HasField("polygon"):  # rings of [lon, lat], where it is now
+        out["polygon"] = [[[p.lon, p.lat] for p in r.points] for r in s.polygon.rings]
+    if s.threshold:
+        out["condition"] += f" (ranked: threshold {s.threshold:g})"
     return out
 
 
