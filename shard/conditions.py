@@ -35,7 +35,7 @@ from shard.geometry import location_bbox
 from shard.model import Message, Point, Polygon, Subscription
 from shard.polygon import PolygonColumns
 from shard.polygon import check_pairs as polygon_pairs
-from shard.predicates import AttributeBatch, PredicateColumns
+from shard.predicates import AttributeBatch, PredicateColumns, in_set
 from shard.predicates import check_pairs as predicate_pairs
 
 COMPACT_MIN_DEAD = 4096
@@ -298,20 +298,6 @@ class ConditionColumns:
 
 
 @njit(cache=True)
-def _has(terms, a, b, t) -> bool:
-    """Is ``t`` among the ascending ``terms[a:b]``? Binary search."""
-    lo = a
-    hi = b
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if terms[mid] < t:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo < b and terms[lo] == t
-
-
-@njit(cache=True)
 def _ranked_score(k, pos_off, pos_len, tpool, wpool, alpha, rect, m_terms, a, b, kind, geom):
     """``shard.ranking.score`` of ranked clause ``k`` (same operations in the same order, so
     the same float) against the message whose terms are ``m_terms[a:b]``."""
@@ -319,7 +305,7 @@ def _ranked_score(k, pos_off, pos_len, tpool, wpool, alpha, rect, m_terms, a, b,
     hit = 0.0
     for j in range(pos_off[k], pos_off[k] + pos_len[k]):
         total += wpool[j]
-        if _has(m_terms, a, b, tpool[j]):
+        if in_set(tpool[j], m_terms, a, b - a):
             hit += wpool[j]
     psi_t = hit / total
     x0, y0, x1, y1 = rect[0], rect[1], rect[2], rect[3]
@@ -361,12 +347,12 @@ def _clauses_hold(rows, msg, c_first, c_n, pos_off, pos_len, neg_off, neg_len, t
         for k in range(c_first[r], c_first[r] + c_n[r]):
             ok = True
             for j in range(pos_off[k], pos_off[k] + pos_len[k]):
-                if not _has(m_terms, a, b, tpool[j]):
+                if not in_set(tpool[j], m_terms, a, b - a):
                     ok = False
                     break
             if ok:
                 for j in range(neg_off[k], neg_off[k] + neg_len[k]):
-                    if _has(m_terms, a, b, tpool[j]):
+                    if in_set(tpool[j], m_terms, a, b - a):
                         ok = False
                         break
             if ok:
