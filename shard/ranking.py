@@ -18,13 +18,18 @@ Definitions and choices (docs/LIMITS.md):
   subscribed, ``1 + ln((1 + N) / (1 + df(t)))``; without either, 1 each. A subscription keeps its
   weights while it lives (re-subscribing refreshes them), so its score of a message never
   changes under it and every shard scores it alike.
-* **θ > α.** With θ ≤ α a message sharing no term would match on location alone; such a
-  subscription is refused (a plain subscription says "anything here"). Then every match holds
-  a term of the subscription's *prefix* (Sect. 6.2, Eq. 5): its terms by descending weight, up
-  to where the weight left is below (θ − α) / (1 − α) of the total. The indexes file the
-  subscription under those terms as one-term clauses (``core_clauses``), in its rectangle when
-  text alone cannot reach θ (θ > 1 − α), else anywhere (the whole world): the index's own
-  pruning is the bound, and every candidate is scored exactly (``score``).
+* **Where the index files one** (Sect. 6.2, Eq. 5). With θ > α every match holds a term of
+  the subscription's *prefix*: its terms by descending weight, up to where the weight left is
+  below (θ − α) / (1 − α) of the total. The indexes file it under those terms as one-term
+  clauses (``core_clauses``), in its rectangle when text alone cannot reach θ (θ > 1 − α), else
+  anywhere (the whole world): the index's own pruning is the bound, and every candidate is
+  scored exactly (``score``).
+* **θ ≤ α** (``on_location``): a message inside the region with none of the terms scores α and
+  matches. Such a subscription is also filed by its rectangle alone (``shard.residual``: a
+  spatial side index whose every message meeting the rectangle is a candidate); the terms then
+  only find the matches outside it, which need ψ_t ≥ θ / (1 − α): the prefix for that bound,
+  anywhere, when θ ≤ 1 − α, and none otherwise (the index files the clause of all its terms in
+  its rectangle, whose matches the side index finds anyway).
 * Regions are rectangles (``rect``); circles and polygons are refused for ranked
   subscriptions (their overlap areas are not defined here).
 
@@ -91,19 +96,13 @@ def score(
     return alpha * psi_s + (1.0 - alpha) * psi_t
 
 
-def core_clauses(
-    terms: Sequence[str], weights: Sequence[float], alpha: float, threshold: float
-) -> tuple[tuple[tuple[str, ...], ...], bool]:
-    """(the one-term clauses of the prefix, whether the subscription can match outside its
-    region): a message matching the subscription holds a prefix term (module docstring).
-
-    >>> core_clauses(("a", "b", "c"), (1.0, 5.0, 1.0), 0.2, 0.6)
-    ((('b',),), True)
-    >>> core_clauses(("a", "b"), (1.0, 1.0), 0.5, 0.9)
-    ((('a',),), False)
-    """
+def _prefix(
+    terms: Sequence[str], weights: Sequence[float], bound: float
+) -> tuple[tuple[str, ...], ...]:
+    """The one-term clauses of the terms by descending weight (ties by term), up to where the
+    weight left is below ``bound`` (less the slack) of the total."""
     total = math.fsum(weights)
-    bound = (threshold - alpha) / (1.0 - alpha) - PREFIX_SLACK
+    bound -= PREFIX_SLACK
     order = sorted(zip(terms, weights, strict=True), key=lambda tw: (-tw[1], tw[0]))
     left = total
     prefix: list[str] = []
@@ -112,15 +111,47 @@ def core_clauses(
             break
         prefix.append(t)
         left -= w
-    anywhere = threshold <= 1.0 - alpha + PREFIX_SLACK
-    return tuple(sorted((t,) for t in prefix)), anywhere
+    return tuple(sorted((t,) for t in prefix))
+
+
+def on_location(alpha: float, threshold: float) -> bool:
+    """Whether a message with none of the terms can match (inside the region): θ ≤ α.
+
+    >>> on_location(0.5, 0.5), on_location(0.5, 0.6)
+    (True, False)
+    """
+    return threshold <= alpha
+
+
+def core_clauses(
+    terms: Sequence[str], weights: Sequence[float], alpha: float, threshold: float
+) -> tuple[tuple[tuple[str, ...], ...], bool]:
+    """(the clauses an index files the subscription under, whether they are filed anywhere
+    rather than in its region): every match holds one of them, except, when ``on_location``,
+    the matches meeting the region (module docstring).
+
+    >>> core_clauses(("a", "b", "c"), (1.0, 5.0, 1.0), 0.2, 0.6)
+    ((('b',),), True)
+    >>> core_clauses(("a", "b"), (1.0, 1.0), 0.5, 0.9)
+    ((('a',),), False)
+    >>> core_clauses(("a", "b"), (1.0, 3.0), 0.5, 0.4)   # outside: psi_t >= 0.8
+    ((('b',),), True)
+    >>> core_clauses(("a", "b"), (1.0, 3.0), 0.8, 0.5)   # outside: never
+    ((('a', 'b'),), False)
+    """
+    if not on_location(alpha, threshold):
+        prefix = _prefix(terms, weights, (threshold - alpha) / (1.0 - alpha))
+        return prefix, threshold <= 1.0 - alpha + PREFIX_SLACK
+    if threshold <= 1.0 - alpha + PREFIX_SLACK:
+        return _prefix(terms, weights, threshold / (1.0 - alpha)), True
+    return (tuple(sorted(terms)),), False
 
 
 def validate_ranking(
     d: Mapping[str, Any], terms: tuple[str, ...]
 ) -> tuple[float, float, tuple[float, ...]]:
     """(threshold, alpha, weights aligned with ``terms``) of a ranked subscription's workload
-    form: ``threshold`` θ in (0, 1], ``alpha`` α in [0, 1) below θ (default 0.5), ``weights``
+    form: ``threshold`` θ in (0, 1], ``alpha`` α in [0, 1) (default 0.5), ``weights``
     ``{term: weight > 0}`` for some of its (normalized) terms (1 for the others)."""
     theta = validate_number("threshold", d["threshold"])
     if not 0.0 < theta <= 1.0:
@@ -128,13 +159,6 @@ def validate_ranking(
     alpha = validate_number("alpha", d.get("alpha", 0.5))
     if not 0.0 <= alpha < 1.0:
         raise ValidationError("alpha", d.get("alpha"), "must be in [0, 1)")
-    if theta <= alpha:
-        raise ValidationError(
-            "threshold",
-            d["threshold"],
-            f"must be above alpha={alpha:g}: with threshold <= alpha a message with none of the "
-            "keywords would match on location alone (use a plain subscription for that)",
-        )
     raw = d.get("weights", {})
     if not isinstance(raw, Mapping):
         raise ValidationError("weights", raw, "must be an object {keyword: weight}")

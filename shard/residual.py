@@ -38,6 +38,7 @@ checked one by one.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -47,7 +48,8 @@ from numba import njit
 from shard.applus.tree import recentre, subscription_form
 from shard.brute import condition_holds, subscription_matches
 from shard.conditions import ConditionColumns
-from shard.geometry import region_bbox, region_hits_point, region_hits_rect
+from shard.errors import ValidationError
+from shard.geometry import location_bbox, region_bbox, region_hits_point, region_hits_rect
 from shard.model import (
     ADD,
     REMOVE,
@@ -60,7 +62,8 @@ from shard.model import (
     polygon_offset,
 )
 from shard.polygon import polygon_hits
-from shard.ranking import WORLD, core_clauses
+from shard.ranking import WORLD, core_clauses, on_location
+from shard.side import SideIndex
 
 
 def core_form(sub: Subscription) -> Subscription:
@@ -107,6 +110,11 @@ class ResidualIndex:
         self.cond = ConditionColumns()
         """Their conditions as columns, for the compiled test of a publish's candidates; the
         store's ``extra`` column has each one's row (+ 1)."""
+        self.side = SideIndex()
+        """The ranked ones that match on location alone (θ ≤ α), by their rectangles: every
+        message meeting one is a candidate (``shard.side``)."""
+        self.held_by: dict[str, set[str]] = {}
+        """For those: the ones holding each stored message (their expiry is found here)."""
 
     @classmethod
     def over(cls, inner: Any, subs: Iterable[Subscription] = ()) -> ResidualIndex:
@@ -115,19 +123,30 @@ class ResidualIndex:
         self = cls(inner)
         last = {s.id: s for s in subs}
         store = inner.store
-        for sub in last.values():
-            if not sub.plain:
-                self._register(sub, store.slot_of[sub.id])
+        self._register_many([s for s in last.values() if not s.plain], store)
         return self
 
     @property
     def n_ranked(self) -> int:
         return self._ranked
 
-    def _register(self, sub: Subscription, slot: int) -> None:
+    def _register(self, sub: Subscription, slot: int) -> int:
+        """Record ``sub`` (not plain), held by the index in ``slot``; its conditions' row."""
         self.subs[sub.id] = sub
         self._ranked += sub.threshold is not None
-        self.inner.store.extra[slot] = self.cond.add(sub) + 1
+        row = self.cond.add(sub)
+        self.inner.store.extra[slot] = row + 1
+        return row
+
+    def _register_many(self, subs: Sequence[Subscription], store: Any) -> None:
+        """``_register`` each (new ids, held by the index), those matching on location alone
+        filed in the side index in one call."""
+        side = []
+        for sub in subs:
+            row = self._register(sub, store.slot_of[sub.id])
+            if _on_location(sub):
+                side.append((sub.id, self.region_now.get(sub.id, sub.region), sub.moving, row))
+        self.side.add(side)
 
     def __getattr__(self, name: str) -> Any:
         if name == "inner":  # not set yet (unpickling): no recursion
@@ -172,6 +191,57 @@ class ResidualIndex:
         msgs = self.inner.msgs
         return msgs.messages[msgs.slot_of[mid]]
 
+    def _evaluate(self, sub: Subscription, core: Iterable[str], slot: int) -> set[str]:
+        """What ``sub`` (held in ``slot``) holds of the stored messages: those of ``core`` (its
+        core form's) that hold, and for one matching on location alone, of those meeting its
+        rectangle too (a vectorised box test over the live messages)."""
+        cand = set(core)
+        if sub.id in self.side:
+            cand.update(self._live_meeting(self.ranked_at(sub, slot).region))
+        return {m for m in cand if self.holds(sub, self._live(m), slot)}
+
+    def _live_meeting(self, r: Rect) -> list[str]:
+        """The ids of the live messages whose location meets rectangle ``r`` (edges included).
+        O(live messages), vectorised."""
+        msgs = self.inner.msgs
+        if not len(msgs):
+            return []
+        n = msgs.n_slots
+        g = msgs.geom[:n]
+        hit = np.flatnonzero(
+            msgs.alive[:n]
+            & (g[:, 0] <= r.max_lon)
+            & (g[:, 2] >= r.min_lon)
+            & (g[:, 1] <= r.max_lat)
+            & (g[:, 3] >= r.min_lat)
+        )
+        return [msgs.messages[x].id for x in hit.tolist()]
+
+    def _set_held(self, sid: str, new: set[str]) -> None:
+        """What ``sid`` holds is ``new`` (``held_by`` kept for the side index's)."""
+        old = self.held.get(sid, set())
+        if sid in self.side:
+            for m in old - new:
+                self._unhold_by(m, sid)
+            for m in new - old:
+                self.held_by.setdefault(m, set()).add(sid)
+        if new:
+            self.held[sid] = new
+        else:
+            self.held.pop(sid, None)
+
+    def _hold(self, sid: str, mid: str) -> None:
+        self.held.setdefault(sid, set()).add(mid)
+        if sid in self.side:
+            self.held_by.setdefault(mid, set()).add(sid)
+
+    def _unhold_by(self, mid: str, sid: str) -> None:
+        holders = self.held_by.get(mid)
+        if holders is not None:
+            holders.discard(sid)
+            if not holders:
+                del self.held_by[mid]
+
     # ---- subscriptions ------------------------------------------------------------------------
     def subscribe_many(
         self, subs: Sequence[Subscription], now: float | None = None
@@ -205,21 +275,23 @@ class ResidualIndex:
         if not fresh:
             return ups
         store = self.inner.store
-        for sub in run:
-            if sub.id in fresh:
-                self._register(sub, store.slot_of[sub.id])
+        new_subs = [sub for sub in run if sub.id in fresh]
+        self._register_many(new_subs, store)
         out = []
+        core: dict[str, list[str]] = {}
         for u in ups:
-            sid = u[0]
-            if sid not in fresh:
+            if u[0] in fresh:  # a new subscription: its updates are +m
+                core.setdefault(u[0], []).append(u[2])
+            else:
                 out.append(u)
-                continue
-            sub = self.subs[sid]  # a new subscription: its updates are +m
-            if sub.moving:
-                self.core_held.setdefault(sid, set()).add(u[2])
-            if self.holds(sub, self._live(u[2]), store.slot_of[sid]):
-                self.held.setdefault(sid, set()).add(u[2])
-                out.append(u)
+        for sub in new_subs:
+            sid = sub.id
+            cand = core.get(sid, [])
+            if sub.moving and cand:
+                self.core_held[sid] = set(cand)
+            new = self._evaluate(sub, cand, store.slot_of[sid])
+            self._set_held(sid, new)
+            out += [(sid, ADD, m) for m in sorted(new)]
         return out
 
     def subscribe(self, sub: Subscription, now: float | None = None) -> list[Update]:
@@ -242,11 +314,9 @@ class ResidualIndex:
             new = set(cand)
         else:
             store = self.inner.store
-            slot = store.slot_of[sid]
-            self._register(sub, slot)
-            new = {m for m in cand if self.holds(sub, self._live(m), slot)}
-            if new:
-                self.held[sid] = new
+            self._register_many([sub], store)
+            new = self._evaluate(sub, cand, store.slot_of[sid])
+            self._set_held(sid, new)
             if sub.moving and cand:
                 self.core_held[sid] = set(cand)
         return [(sid, REMOVE, m) for m in sorted(old - new)] + [
@@ -259,6 +329,9 @@ class ResidualIndex:
 
     def _forget(self, sub_id: str) -> None:
         """Drop what is kept of ``sub_id`` here (before the index forgets its slot)."""
+        if sub_id in self.side:
+            self._set_held(sub_id, set())
+            self.side.remove(sub_id)
         self.held.pop(sub_id, None)
         self.core_held.pop(sub_id, None)
         self.region_now.pop(sub_id, None)
@@ -333,12 +406,39 @@ class ResidualIndex:
     # ---- time ---------------------------------------------------------------------------------
     def advance(self, now: float) -> list[Update]:
         """The index's expirations, those of subscriptions with conditions only where they held
-        the message."""
-        updates = self.inner.advance(now)
-        if not self.subs or not updates:
-            return updates
+        the message, and the side index's subscriptions' (``held_by``)."""
+        if not self.held_by:
+            updates = self.inner.advance(now)
+            if not self.subs or not updates:
+                return updates
+            subs = self.subs
+            return [u for u in updates if u[0] not in subs or self._expired(u[0], u[2])]
+        _check_now(now, self.inner.now)
+        ids, out_m, out_s = self.inner.expire_slots(now)
+        names = self.inner.store.ids[out_s].tolist()
         subs = self.subs
-        return [u for u in updates if u[0] not in subs or self._expired(u[0], u[2])]
+        updates = [
+            (s, REMOVE, ids[q])
+            for s, q in zip(names, out_m.tolist(), strict=True)
+            if s not in subs or self._expired(s, ids[q])
+        ]
+        return updates + [(s, REMOVE, ids[q]) for q, s in self._side_expired(ids)]
+
+    def _side_expired(self, ids: list[str]) -> list[tuple[int, str]]:
+        """(index in ``ids``, subscription) for each side index subscription that still holds
+        an expired message of ``ids`` (those the index reported are gone from ``held_by``)."""
+        out = []
+        for q, mid in enumerate(ids):
+            holders = self.held_by.pop(mid, None)
+            if holders is None:
+                continue
+            for sid in sorted(holders):
+                held = self.held[sid]
+                held.discard(mid)
+                if not held:
+                    del self.held[sid]
+                out.append((q, sid))
+        return out
 
     def _expired(self, sid: str, mid: str) -> bool:
         """The expiry of ``mid`` for ``sid`` (a subscription with conditions): whether it held
@@ -354,12 +454,15 @@ class ResidualIndex:
         held.discard(mid)
         if not held:
             del self.held[sid]
+        if self.held_by:
+            self._unhold_by(mid, sid)
         return True
 
     def advance_tagged(self, now: float) -> tuple[list[str], np.ndarray, np.ndarray]:
         """``APPlusTree.advance_tagged``, filtered as ``advance``."""
         if not self.subs:
             return self.inner.advance_tagged(now)
+        _check_now(now, self.inner.now)
         ids, out_m, out_s = self.inner.expire_slots(now)
         store = self.inner.store
         flagged = np.flatnonzero(store.extra[out_s])
@@ -369,40 +472,46 @@ class ResidualIndex:
             for j, sid, q in zip(flagged.tolist(), names, out_m[flagged].tolist(), strict=True):
                 keep[j] = self._expired(sid, ids[q])
             out_m, out_s = out_m[keep], out_s[keep]
+        if self.held_by:
+            more = self._side_expired(ids)
+            if more:
+                out_m = np.concatenate([out_m, np.array([q for q, _ in more], np.int64)])
+                extra = np.array([store.slot_of[sid] for _, sid in more], np.int64)
+                out_s = np.concatenate([out_s, extra])
         counts = np.bincount(out_m, minlength=len(ids)).astype(np.int64)
         return ids, counts, store.tag[out_s[np.argsort(out_m, kind="stable")]]
 
     # ---- messages -----------------------------------------------------------------------------
     def publish_slots(self, messages: Sequence[Message], now: float):
         """Publish: (the expirations up to ``now``, the store slots reached by message, how
-        many each reached), the candidates of subscriptions with conditions checked."""
+        many each reached), the candidates of subscriptions with conditions checked, and the
+        side index's candidates added where they hold."""
         updates = self.advance(now)
         _, slots, counts = self.inner.publish_slots(messages, now)  # expired above: none here
         if not self.subs:
             return updates, slots, counts
+        n = len(messages)
         store = self.inner.store
-        flagged = np.flatnonzero(store.extra[slots])
-        if not flagged.size:
+        owner = np.repeat(np.arange(n), counts)
+        found = check_candidates(self.cond, self.side, store, messages, owner, slots)
+        if found is None:
             return updates, slots, counts
-        owner = np.repeat(np.arange(len(messages)), counts)
-        f_slots = slots[flagged]
-        f_owner = owner[flagged]
-        names = store.ids[f_slots].tolist()
-        rows = store.extra[f_slots].astype(np.int64) - 1
-        qs = np.unique(f_owner)  # only the messages some of them reached are encoded
-        batch = self.cond.encode([messages[q] for q in qs.tolist()])
-        ok = self.cond.check(rows, np.searchsorted(qs, f_owner), store.bbox[f_slots], batch)
+        flagged, ok, s_owner, s_names = found
         subs = self.subs
-        stored = np.fromiter((bool(m.ttl) for m in messages), np.bool_, len(messages))
+        stored = np.fromiter((bool(m.ttl) for m in messages), np.bool_, n)
+        f_owner = owner[flagged]
+        names = store.ids[slots[flagged]].tolist()
         for j in np.flatnonzero(stored[f_owner]).tolist():  # what they hold from now on
             sid, mid = names[j], messages[f_owner[j]].id
             if subs[sid].moving:
                 self.core_held.setdefault(sid, set()).add(mid)
             if ok[j]:
-                self.held.setdefault(sid, set()).add(mid)
-        keep = np.ones(slots.shape[0], np.bool_)
-        keep[flagged] = ok
-        return updates, slots[keep], np.bincount(owner[keep], minlength=len(messages))
+                self._hold(sid, mid)
+        for sid, q in zip(s_names, s_owner.tolist(), strict=True):
+            if stored[q]:
+                self._hold(sid, messages[q].id)
+        out_owner, out_slots = _with_side(store, owner, slots, flagged, ok, s_owner, s_names)
+        return updates, out_slots, np.bincount(out_owner, minlength=n)
 
     def publish_batch(self, messages: Sequence[Message], now: float) -> list[Update]:
         if not self.subs:
@@ -449,6 +558,7 @@ class ResidualIndex:
             else:
                 core.discard(u[2])
         store = self.inner.store
+        self.side.move([(sid, p) for sid, p in moves if sid in self.side], now)
         for sid, point in moves:
             sub = subs.get(sid)
             if sub is not None and sub.threshold is not None:
@@ -464,14 +574,11 @@ class ResidualIndex:
             core = self.core_held.get(sid, set())
             if not core:
                 self.core_held.pop(sid, None)
-            new = {m for m in core if self.holds(sub, self._live(m), slot)}
+            new = self._evaluate(sub, core, slot)
             old = self.held.get(sid, set())
             updates += [(sid, REMOVE, m) for m in sorted(old - new)]
             updates += [(sid, ADD, m) for m in sorted(new - old)]
-            if new:
-                self.held[sid] = new
-            else:
-                self.held.pop(sid, None)
+            self._set_held(sid, new)
         return updates
 
     def move(self, sub_id: str, point: Point, now: float) -> list[Update]:
@@ -490,10 +597,16 @@ class ResidualIndex:
         for sid, held in self.held.items():
             assert sid in self.subs and held, sid
             assert all(m in live for m in held), (sid, held)
-            if self.subs[sid].moving:
+            if self.subs[sid].moving and sid not in self.side:
                 assert held <= self.core_held.get(sid, set()), sid
         for sid in self.core_held:
             assert sid in self.subs and self.subs[sid].moving, sid
+        side = {sid for sid, sub in self.subs.items() if _on_location(sub)}
+        assert len(self.side) == len(side) and all(sid in self.side for sid in side)
+        self.side.check_invariants()
+        pairs = {(m, sid) for sid in side for m in self.held.get(sid, ())}
+        assert pairs == {(m, sid) for m, held in self.held_by.items() for sid in held}
+        assert all(self.held_by.values())
 
 
 @njit(cache=True)
@@ -534,6 +647,87 @@ def _result_slots(alive, mkind, geom, toff, tlen, mterms, cand, TM, cl_off, cl_t
     return out[:n].copy()
 
 
+def check_candidates(
+    cond: ConditionColumns,
+    side: SideIndex,
+    store: Any,
+    messages: Sequence[Message],
+    owner: np.ndarray,
+    slots: np.ndarray,
+    kind: np.ndarray | None = None,
+    geom: np.ndarray | None = None,
+):
+    """The exact test of an index's pairs (message ``owner[i]``, store ``slots[i]``) for a
+    batch of ``messages``: those of subscriptions with conditions (the store's ``extra``
+    column) checked by ``cond``, and the side index's candidates (a pair the index gave too
+    tested once). Returns None when there is nothing to test, else (the positions of the
+    flagged pairs, whether each holds, the message index and id of each side pair that
+    holds). ``kind`` / ``geom``: the batch's, when the caller has them."""
+    flagged = np.flatnonzero(store.extra[slots])
+    n = len(messages)
+    s_owner = s_rows = s_slots = np.zeros(0, np.int64)
+    if len(side):
+        if kind is None or geom is None:
+            kind = np.fromiter((type(m.location) is not Point for m in messages), np.int8, n)
+            geom = np.array([location_bbox(m.location) for m in messages], np.float64)
+            geom = geom.reshape(-1, 4)
+        s_owner, s_rows, s_slots = side.pairs(kind, geom)
+    if not flagged.size and not s_owner.size:
+        return None
+    f_owner = owner[flagged].astype(np.int64)
+    f_slots = slots[flagged]
+    rows = store.extra[f_slots].astype(np.int64) - 1
+    n_core = f_owner.shape[0]
+    if s_owner.size and n_core:
+        width = int(max(rows.max(), s_rows.max())) + 1
+        fresh = ~np.isin(s_owner * width + s_rows, f_owner * width + rows)
+        s_owner, s_rows, s_slots = s_owner[fresh], s_rows[fresh], s_slots[fresh]
+    all_owner = np.concatenate([f_owner, s_owner])
+    qs = np.unique(all_owner)  # only the messages some of them reached are encoded
+    picked = [messages[q] for q in qs.tolist()]
+    if kind is None or geom is None:
+        batch = cond.encode(picked)
+    else:
+        batch = cond.encode(picked, kind[qs], geom[qs])
+    ok = cond.check(
+        np.concatenate([rows, s_rows]),
+        np.searchsorted(qs, all_owner),
+        np.concatenate([store.bbox[f_slots], side.boxes(s_slots)]),
+        batch,
+    )
+    side_ok = np.flatnonzero(ok[n_core:])
+    return flagged, ok[:n_core], s_owner[side_ok], side.ids(s_slots[side_ok])
+
+
+def _with_side(store, owner, slots, flagged, ok, s_owner, s_names):
+    """The pairs (owner, slot) kept: the index's that are not flagged or hold, then the side
+    index's that hold (by their ids' slots in ``store``), in message order."""
+    keep = np.ones(slots.shape[0], np.bool_)
+    keep[flagged] = ok
+    out_owner, out_slots = owner[keep], slots[keep]
+    if not s_names:
+        return out_owner, out_slots
+    s_slots = np.array([store.slot_of[x] for x in s_names], out_slots.dtype)
+    out_owner = np.concatenate([out_owner, s_owner.astype(out_owner.dtype)])
+    out_slots = np.concatenate([out_slots, s_slots])
+    order = np.argsort(out_owner, kind="stable")
+    return out_owner[order], out_slots[order]
+
+
+def _on_location(sub: Subscription) -> bool:
+    """Whether ``sub`` is ranked and matches on location alone (``shard.ranking``)."""
+    return sub.threshold is not None and on_location(sub.alpha, sub.threshold)
+
+
+def _check_now(now: float, last: float) -> None:
+    """The index's test of a new clock value (``APPlusTree.advance``), for the paths that
+    expire through ``expire_slots``."""
+    if isinstance(now, bool) or not isinstance(now, int | float) or not math.isfinite(now):
+        raise ValidationError("now", now, "must be a finite number of seconds")
+    if now < last:
+        raise ValidationError("now", now, f"must not go back in time (last now={last})")
+
+
 def index_box(sub: Subscription) -> tuple[float, float, float, float]:
     """The box a subscription is placed by (the shards it goes to): its core form's, so a
     ranked subscription that can match anywhere goes to every shard.
@@ -562,6 +756,9 @@ class StaticChecker:
     def __init__(self) -> None:
         self.cond = ConditionColumns()
         self.row_of: dict[str, int] = {}
+        self.on_location: dict[str, Rect] = {}
+        """The ranked ones matching on location alone: their rectangles (``shard.side``)."""
+        self.side = SideIndex()
 
     def __len__(self) -> int:
         return len(self.row_of)
@@ -571,45 +768,42 @@ class StaticChecker:
         recorded (a later one with the same id replaces an earlier one)."""
         for sub in subs:
             row = self.row_of.pop(sub.id, None)
+            self.on_location.pop(sub.id, None)
             if row is not None:
                 self.cond.remove(row)
             if not sub.plain:
                 self.row_of[sub.id] = self.cond.add(sub)
+                if _on_location(sub):
+                    self.on_location[sub.id] = sub.region
             yield core_form(sub)
 
     def bind(self, store) -> None:
         """Mark the recorded subscriptions' rows in ``store``'s ``extra`` column (the index's
-        rebuilds carry it). Once, after the index is loaded. O(subscriptions with conditions)."""
+        rebuilds carry it), and file those matching on location alone in the side index. Once,
+        after the index is loaded. O(subscriptions with conditions)."""
         for sid, row in self.row_of.items():
             slot = store.slot_of.get(sid)
             if slot is not None:
                 store.extra[slot] = row + 1
+        self.side = SideIndex()
+        self.side.add([(sid, r, False, self.row_of[sid]) for sid, r in self.on_location.items()])
 
     def filter(
         self, store, messages: Sequence[Message], out_m: np.ndarray, out_s: np.ndarray, encoded=None
     ):
         """The pairs (message index, store slot) that hold: those of subscriptions without
-        conditions, and the others' that ``ConditionColumns.check`` passes. ``encoded``: the
-        index's ``EncodedMessages`` of the batch, whose kinds and boxes are reused."""
+        conditions, the others' that ``ConditionColumns.check`` passes, and the side index's
+        that hold, by message. ``encoded``: the index's ``EncodedMessages`` of the batch, whose
+        kinds and boxes are reused."""
         if not self.row_of:
             return out_m, out_s
-        rows = store.extra[out_s].astype(np.int64) - 1
-        flagged = np.flatnonzero(rows >= 0)
-        if not flagged.size:
+        kind = geom = None
+        if encoded is not None:
+            kind, geom = encoded.kind, encoded.geom
+        found = check_candidates(self.cond, self.side, store, messages, out_m, out_s, kind, geom)
+        if found is None:
             return out_m, out_s
-        fm = out_m[flagged]
-        qs = np.unique(fm)
-        if encoded is None:
-            batch = self.cond.encode([messages[q] for q in qs.tolist()])
-        else:
-            picked = [messages[q] for q in qs.tolist()]
-            batch = self.cond.encode(picked, encoded.kind[qs], encoded.geom[qs])
-        ok = self.cond.check(
-            rows[flagged], np.searchsorted(qs, fm), store.bbox[out_s[flagged]], batch
-        )
-        keep = np.ones(out_m.shape[0], np.bool_)
-        keep[flagged] = ok
-        return out_m[keep], out_s[keep]
+        return _with_side(store, out_m, out_s, *found)
 
     def match(self, index, messages: Sequence[Message]) -> list[list[str]]:
         """``index.match_batch(messages)`` with the conditions checked."""

@@ -142,11 +142,10 @@ def _extras(i: int, x: Any, n_clauses: int, n_terms: int) -> tuple:
         or not all(type(w) is float and w > 0 and math.isfinite(w) for w in weights)
     ):
         raise ValidationError(f"ops[{i}].weights", weights, "must be a weight > 0 per term")
-    for name, v in (("threshold", theta), ("alpha", alpha)):
-        if type(v) is not float or not 0.0 <= v <= 1.0:
-            raise ValidationError(f"ops[{i}].{name}", v, "must be a number in [0, 1]")
-    if not alpha < theta:
-        raise ValidationError(f"ops[{i}].threshold", theta, "must be above alpha")
+    if type(theta) is not float or not 0.0 < theta <= 1.0:
+        raise ValidationError(f"ops[{i}].threshold", theta, "must be a number in (0, 1]")
+    if type(alpha) is not float or not 0.0 <= alpha < 1.0:
+        raise ValidationError(f"ops[{i}].alpha", alpha, "must be a number in [0, 1)")
     return neg, tuple(preds), theta, alpha, weights
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import random
 import uuid
 
@@ -19,12 +20,16 @@ from hypothesis import settings
 from hypothesis.stateful import initialize
 
 from geopubsub.convert import from_proto_subscription, to_proto_message, to_proto_subscription
+from geopubsub.tools.cli import main
+from geopubsub.tools.gen import generate
+from geopubsub.tools.gen_shapes import ConditionShares
 from geopubsub.v1 import geopubsub_pb2 as pb
 from shard.applus import recentre
-from shard.brute import subscription_matches
+from shard.brute import BruteMatcher, subscription_matches
 from shard.indexes import RIVAL_NAMES
 from shard.model import ADD, REMOVE, Message, Point, subscription_from_dict
 from shard.state import ShardState
+from shard.workload import read_messages, read_subscriptions
 from tests.clusters import Cluster, coordinator_settings, subscribe_all
 from tests.test_shard_state import ShardVersusOracle
 from tests.workloads import (
@@ -182,6 +187,28 @@ def test_a_cluster_delivers_not_polygons_and_predicates_as_the_oracle(ray_sessio
                 ("far", 0.7),
             ]
             assert n_idf[0] > 0
+            # θ <= α: a message with none of its keywords matches inside its rectangle
+            local = subscription_from_dict(
+                {"id": "local", "keywords": ["cafe"], "rect": [20, 20, 22, 22],
+                 "threshold": 0.4, "alpha": 0.5, "moving": True}
+            )  # fmt: skip
+            await stub.Subscribe(pb.SubscribeRequest(subscription=to_proto_subscription(local)))
+            here = Message("here", ("news",), Point(21, 21), 600.0)
+            there = Message("there", ("news",), Point(31, 31), 600.0)
+            resp = await stub.Publish(
+                pb.PublishRequest(messages=[to_proto_message(m) for m in (here, there)])
+            )
+            stream = stub.StreamResults(pb.StreamResultsRequest(id="local", after_sequence=0))
+            got = [await anext(aiter(stream))]
+            assert [(d.message.id, d.score) for d in got] == [("here", 0.5)]
+            moved = await stub.UpdateLocation(
+                pb.UpdateLocationRequest(id="local", point=pb.Point(lon=31, lat=31))
+            )  # its rectangle onto "there": -here, +there
+            assert [(d.kind, d.message.id) for d in moved.updates] == [
+                (pb.Delivery.REMOVE, "here"),
+                (pb.Delivery.ADD, "there"),
+            ]
+            stream.cancel()
 
     asyncio.run(main())
 
@@ -207,6 +234,8 @@ def test_seeded_stress_with_conditions(seed, index):
     checked = 0
     ranked_adds = 0
     ranked = {s.id for s in subs if s.threshold is not None}
+    located = {s.id for s in subs if s.threshold is not None and s.threshold <= s.alpha}
+    located_adds = 0
     for i, op in enumerate(ops):
         kind, payload, now = op
         if kind == "move":  # half the moves onto a live message: the interesting case
@@ -232,6 +261,7 @@ def test_seeded_stress_with_conditions(seed, index):
                     mirror.live[m.id] = (m, now + m.ttl)
             checked += len([u for u in updates if u[1] == ADD])
             ranked_adds += len([u for u in updates if u[1] == ADD and u[0] in ranked])
+            located_adds += len([u for u in updates if u[1] == ADD and u[0] in located])
         else:
             mirror.apply(updates)
         if kind == "move":
@@ -251,3 +281,40 @@ def test_seeded_stress_with_conditions(seed, index):
     state.check_invariants()
     assert checked > 100 and len(state.tree.subs) > 100  # it saw conditions at work
     assert ranked_adds > 5, ranked_adds
+    assert located_adds > 0, located_adds  # θ <= α ones matched on location (shard.side)
+
+
+@pytest.fixture(scope="module")
+def condition_workload(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cond")
+    shares = ConditionShares(0.1, 0.1, 0.1, True, 0.2)
+    generate(4000, 300, d, seed=3, dnf_share=0.2, region_msg_share=0.2, conditions=shares)
+    return d / "subs.jsonl", d / "msgs.jsonl"
+
+
+def test_bench_match_and_compare_check_every_condition_exactly(
+    condition_workload, tmp_path, capsys
+):
+    """``bench match`` (the AP-Tree with its checker, ``shard.residual.StaticChecker``) and
+    ``bench compare`` (two rivals) give brute force's pairs on a workload with every kind of
+    condition, ranked subscriptions matching on location alone (θ <= α) among them."""
+    subs, msgs = condition_workload
+    parsed = list(read_subscriptions(subs))
+    assert sum(s.threshold is not None and s.threshold <= s.alpha for s in parsed) > 100
+    brute = BruteMatcher(parsed)
+    want = {(m.id, s) for m in read_messages(msgs) for s in brute.match(m)}
+    out = tmp_path / "pairs.tsv"
+    argv = ["bench", "match", "--subs", str(subs), "--msgs", str(msgs), "--json"]
+    assert main([*argv, "--out", str(out)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    got = {tuple(line.split("\t")) for line in out.read_text().splitlines()}
+    assert got == want and report["pairs"] == len(want) > 0
+    assert report["baseline"]["identical"]
+    argv = ["bench", "compare", "--subs", str(subs), "--msgs", str(msgs), "--repeat", "1"]
+    argv += ["--index", "aptree,lfilter,rt++", "--updates", "20", "--check-sample", "300"]
+    assert main([*argv, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert {r["index"] for r in rows} >= {"aptree", "lfilter", "rt++"}
+    for r in rows:
+        assert r["exact"] is True, r["index"]
+        assert r["index"] == "brute" or r["pairs"] == len(want), r["index"]

@@ -11,29 +11,42 @@ from hypothesis import given
 
 from shard.errors import ValidationError
 from shard.model import Point, Rect, Subscription, subscription_from_dict, subscription_to_dict
-from shard.ranking import core_clauses, idf_weight, score
+from shard.ranking import core_clauses, idf_weight, on_location, score
 from shard.state import ShardState
 
 TERMS = ("a", "b", "c", "d", "e")
 
 
+LOCATIONS = {  # (box, is_point, whether it meets the region (0, 0, 2, 2))
+    "point inside": ((1.0, 1.0, 1.0, 1.0), True, True),
+    "point outside": ((5.0, 5.0, 5.0, 5.0), True, False),
+    "rect across": ((1.0, 1.0, 3.0, 3.0), False, True),
+    "rect apart": ((3.0, 3.0, 4.0, 4.0), False, False),
+}
+
+
 @given(
     weights=st.lists(st.floats(0.01, 100.0), min_size=1, max_size=5),
     alpha=st.floats(0.0, 0.99),
-    frac=st.floats(0.0001, 1.0),
+    theta=st.floats(0.0001, 1.0),
     present=st.sets(st.sampled_from(TERMS)),
-    inside=st.booleans(),
+    where=st.sampled_from(sorted(LOCATIONS)),
 )
-def test_a_message_that_scores_enough_holds_a_prefix_term(weights, alpha, frac, present, inside):
+def test_a_message_that_scores_enough_is_found_by_the_filing(weights, alpha, theta, present, where):
+    """A match holds a clause the index files the subscription under, where it files it,
+    unless the subscription matches on location alone (θ ≤ α) and the message meets its
+    rectangle: the side index's candidates (``shard.side``)."""
     terms = TERMS[: len(weights)]
-    theta = alpha + (1 - alpha) * frac
     clauses, anywhere = core_clauses(terms, weights, alpha, theta)
-    loc = (1.0, 1.0, 1.0, 1.0) if inside else (5.0, 5.0, 5.0, 5.0)
-    psi = score((0, 0, 2, 2), terms, weights, alpha, present, loc, True)
-    if psi >= theta:
-        assert any(c[0] in present for c in clauses), (clauses, present, psi)
-        assert inside or anywhere
-    assert all(len(c) == 1 and c[0] in terms for c in clauses) and clauses
+    loc, is_point, meets = LOCATIONS[where]
+    psi = score((0, 0, 2, 2), terms, weights, alpha, present, loc, is_point)
+    if psi >= theta and not (on_location(alpha, theta) and meets):
+        assert any(set(c) <= present for c in clauses), (clauses, present, psi)
+        assert meets or anywhere
+    if not on_location(alpha, theta):
+        assert all(len(c) == 1 and c[0] in terms for c in clauses) and clauses
+    if on_location(alpha, theta) and meets and is_point:
+        assert psi >= theta  # inside, with no term at all: alpha >= theta
 
 
 def test_scores_of_points_rectangles_and_degenerate_regions():
@@ -56,7 +69,7 @@ GOOD = {"id": "r", "keywords": ["iPad", "Sale"], "rect": [0, 0, 1, 1], "threshol
 @pytest.mark.parametrize(
     ("changes", "field", "needle"),
     [
-        ({"threshold": 0.4}, "threshold", "must be above alpha=0.5"),
+        ({"threshold": 0}, "threshold", "must be in (0, 1]"),
         ({"threshold": 1.5}, "threshold", "must be in (0, 1]"),
         ({"threshold": "high"}, "threshold", "must be a number"),
         ({"alpha": 1.0}, "alpha", "must be in [0, 1)"),

@@ -153,7 +153,10 @@ def random_subscription(
             region = Rect(region.lon - 1, region.lat - 1, region.lon + 1, region.lat + 1)
             region = Rect(max(region.min_lon, -180.0), max(region.min_lat, -90.0), min(region.max_lon, 180.0), min(region.max_lat, 90.0))  # fmt: skip
         alpha = rng.choice([0.0, 0.2, 0.5, 0.8])
-        theta = alpha + (1 - alpha) * rng.choice([0.05, 0.3, 0.5, 0.75, 1.0])
+        if alpha and rng.random() < 0.35:  # theta <= alpha: matches on location alone too
+            theta = alpha * rng.choice([0.2, 0.6, 1.0])
+        else:
+            theta = alpha + (1 - alpha) * rng.choice([0.05, 0.3, 0.5, 0.75, 1.0])
         terms = clauses[0]
         weights = None
         if rng.random() < 0.5:

@@ -155,13 +155,16 @@ def add_conditions(
     one of ``others`` (terms that occur beside its own in the message it was drawn from, so
     the negation bites), a star-shaped polygon in place of its rectangle, 1-2 predicates on the
     messages' attributes (``message_attributes``); or instead, with ``ranked_share``, make it a
-    ranked subscription (a rectangle's keywords scored: α in [0.1, 0.5], θ between α and 1; a
-    draw only when the share is not 0, so other workloads keep their streams). Counted in
-    ``counts``."""
+    ranked subscription (a rectangle's keywords scored: α in [0.1, 0.5], θ between α and 1, or
+    for a quarter of them between α / 2 and α; a draw only when the share is not 0, so other
+    workloads keep their streams). Counted in ``counts``."""
     if shares.ranked_share and rng.random() < shares.ranked_share and "keywords" in d and "rect" in d:  # fmt: skip
         alpha = round(float(rng.uniform(0.1, 0.5)), 3)
         d["alpha"] = alpha
-        d["threshold"] = round(alpha + (1 - alpha) * float(rng.uniform(0.3, 0.9)), 3)
+        if rng.random() < 0.25:  # θ <= α: anything in its rectangle, and text outside
+            d["threshold"] = round(alpha * float(rng.uniform(0.5, 1.0)), 3)
+        else:
+            d["threshold"] = round(alpha + (1 - alpha) * float(rng.uniform(0.3, 0.9)), 3)
         counts["ranked"] = counts.get("ranked", 0) + 1
         return
     if rng.random() < shares.not_share:
