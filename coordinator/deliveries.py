@@ -203,7 +203,7 @@ class Deliveries:
         if self.dedupe.ids:
             pending = self.dedupe.pending
             for op, a, b in rnd.spans:
-                if op.kind == "pub" and pending(op.arg.id, op.future):
+                if op.kind in ("pub", "topk") and pending(op.arg.id, op.future):
                     if op.future.done() and not op.partial:  # failed: not published, a
                         self.dedupe.forget(op.arg.id)  # retry must publish it
                     else:
@@ -269,7 +269,7 @@ class Deliveries:
 
         answers = []
         for op, a, b in rnd.spans:
-            if op.kind == "pub":
+            if op.kind in ("pub", "topk"):
                 answers.append((op.future, b - a))  # its ADDs
             elif op.kind == "move":
                 answers.append((op.future, [delivery(i, ids[slots[i]]) for i in range(a, b)]))

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from coordinator import topk
 from coordinator.live import LiveMessages
 from coordinator.netting import expirations, net
 from coordinator.ops import Op, ShardHandle, fail
@@ -220,7 +221,11 @@ class Engine:
         return self.publish_many([msg], [payload], ["message"])[0]
 
     def publish_many(
-        self, msgs: Sequence[Message], payloads: Sequence[bytes], fields: Sequence[str]
+        self,
+        msgs: Sequence[Message],
+        payloads: Sequence[bytes],
+        fields: Sequence[str],
+        top_k: int = 0,
     ) -> list[asyncio.Future]:
         """Publish a batch in order, all or nothing: every message is checked before any is
         queued. ``fields`` names each message in errors. A stored message (ttl > 0) that would
@@ -229,7 +234,8 @@ class Engine:
         a round runs at least every ``tick_s``). A stored message whose id is live already is
         a retry of a publish that failed on some of its shards and was stored on the others
         (the rest reach it once they are back): it is answered with the subscriptions reached
-        so far, and not published again. O(len(msgs))."""
+        so far, and not published again. ``top_k`` > 0: top-k publishes (``coordinator.topk``;
+        their messages are not stored). O(len(msgs))."""
         self._check_open()
         if len(self.pending) + len(msgs) > self.queue_max:
             self.stats["rejected_overload"] += 1
@@ -259,6 +265,8 @@ class Engine:
             before = self.recovery.answered_before(m.id)
             if before is not None or (m.ttl and m.id in live):
                 fut.set_result(before or 0)
+            elif top_k:
+                ops.append(Op("topk", m, fut, p, k=top_k))
             else:
                 ops.append(Op("pub", m, fut, p))
         self._stored_waiting += stored
@@ -543,6 +551,10 @@ class Engine:
         multi = live.holders
         for op, places in zip(ops, where, strict=True):
             start = len(rnd.subs)
+            if op.kind == "topk":
+                self._merge_topk(op, places, by_shard, rnd)
+                rnd.spans.append((op, start, len(rnd.subs)))
+                continue
             if op.kind == "redo":
                 if places:
                     k, i = places[0]
@@ -611,6 +623,22 @@ class Engine:
         self.stats["rounds"] += 1
         return rnd
 
+    def _merge_topk(self, op: Op, places, by_shard, rnd: Round) -> None:
+        """A top-k publish's deliveries: the global k best over every shard's answer
+        (``coordinator.topk``); UNAVAILABLE when a shard did not answer (nothing delivered)."""
+        parts = [by_shard[k][1][i] for k, i in places]
+        failed = next((p for p in parts if isinstance(p, Exception)), None)
+        if failed is None and len(parts) < len(self.shards):
+            failed = UnavailableError("a shard is down: a top-k publish needs every shard")
+        if failed is not None:
+            if not op.future.done():
+                fail(op.future, failed)
+            return
+        best = topk.merge(parts, op.k, self.slots.ids)
+        if best:
+            rnd.extend_adds(best, op.arg.id)
+            rnd.payloads[op.arg.id] = op.payload
+
     def _note_stored(self, rnd: Round, op: Op) -> None:
         """Publish ``op``'s message, if stored (ttl > 0) and still live, goes into the round's
         ``stored`` (id, expiry, payload): the retention log keeps it for a restart."""
@@ -641,6 +669,8 @@ class Engine:
             if op.arg.ttl and not op.replay:
                 self._stored_waiting -= 1
             router.route_pub(op, send, now)
+        elif kind == "topk":
+            router.route_topk(op, send)
         elif kind == "sub":
             router.route_sub(op.arg, send, op)
         elif kind == "unsub":

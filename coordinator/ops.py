@@ -1,7 +1,8 @@
 """What the engine queues, routes and answers: one client operation (or a shard's missed item
 applied again) with the future its caller waits on, and what the engine needs of a shard.
 
-The kinds: ``"pub"`` (a message), ``"sub"`` (a subscription, new or changed), ``"unsub"``,
+The kinds: ``"pub"`` (a message), ``"topk"`` (a message to the k best top-k subscriptions),
+``"sub"`` (a subscription, new or changed), ``"unsub"``,
 ``"move"`` (a moving subscription's new position) and ``"redo"`` (an item a reloaded shard
 missed, applied to it again with deliveries: ``coordinator.recovery``).
 """
@@ -32,7 +33,7 @@ class ShardHandle(Protocol):
 
 @dataclass(slots=True)
 class Op:
-    kind: str  # "pub" | "sub" | "unsub" | "move" | "redo"
+    kind: str  # "pub" | "topk" | "sub" | "unsub" | "move" | "redo"
     arg: Any
     """The message, the subscription, the subscription id (unsub, move), or the missed item
     (redo)."""
@@ -56,6 +57,8 @@ class Op:
     deletes."""
     skip: frozenset[int] = frozenset()
     """A replayed message: shards it is not stored in again (they get it as a "redo")."""
+    k: int = 0
+    """A top-k publish ("topk"): how many subscriptions it goes to (``coordinator.topk``)."""
     seq: int = -1
     """The order the engine routed it in (a "redo" operation: its item's first routing):
     what a shard missed of a subscription before it was unsubscribed is an old one's

@@ -19,6 +19,8 @@ from geopubsub.v1 import geopubsub_pb2 as pb
 from shard.brute import ranked_score
 from shard.model import Subscription
 from shard.ranking import idf_weight
+from shard.topk.hosted import as_event, as_topk
+from shard.topk.model import score as topk_score
 
 
 class TermCounts:
@@ -61,7 +63,14 @@ class TermCounts:
 
 
 def delivery_score(sub: Subscription | None, message: pb.Message) -> float | None:
-    """ψ(s, m) for an ADD of ``message`` to ``sub`` if ``sub`` is ranked, else None."""
-    if sub is None or sub.threshold is None:
+    """ψ(s, m) for an ADD of ``message`` to ``sub`` if ``sub`` is ranked (``shard.ranking``)
+    or a top-k subscription (paper 001's score, ``shard.topk.model.score``, the floats the
+    shards ranked with), else None."""
+    if sub is None:
+        return None
+    if sub.topk:
+        msg = from_proto_message(message, default_id=message.id or "m", need_terms=False)
+        return topk_score(as_topk(sub), as_event(msg))
+    if sub.threshold is None:
         return None
     return ranked_score(sub, from_proto_message(message, default_id=message.id or "m"))

@@ -533,6 +533,8 @@ def items_on(ops: Sequence[Op], where, per, k: int) -> list[Missed]:
             elif op.kind == "pub":
                 if not op.replay:
                     out.append((share[i], None, op.seq))
+            elif op.kind == "topk":  # nothing stored: a shard that missed it owes nothing
+                continue
             else:
                 out.append((share[i], op.prev if k in op.prev_at else None, op.seq))
     return out

@@ -30,6 +30,7 @@ import dataclasses
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
+from coordinator import topk
 from coordinator.live import REPLAY_MIN_TTL_S, LiveMessages
 from coordinator.ops import Op
 from coordinator.ranking import TermCounts
@@ -68,7 +69,10 @@ class Router:
         return self.pm.overlapping(location_bbox(m.location))
 
     def shards_of_region(self, s: Subscription) -> tuple[int, ...]:
-        """The shards a subscription is placed on."""
+        """The shards a subscription is placed on (a top-k one: the owner of its point)."""
+        p = s.region
+        if type(p) is Point:
+            return (self.pm.owner(p.lon, p.lat),)
         return tuple(self.pm.overlapping(index_box(s)))
 
     def restore(self, subs: Sequence[Subscription]) -> dict[int, list[Subscription]]:
@@ -109,6 +113,11 @@ class Router:
         for k in targets:
             if k not in op.skip:
                 send(k, ("pub", m))
+
+    def route_topk(self, op: Op, send: Send) -> None:
+        """A top-k publish: to every shard (``coordinator.topk``)."""
+        self.stats["published"] += 1
+        topk.route(op, send, len(self.pm))
 
     def route_sub(self, s: Subscription, send: Send, op: Op | None = None) -> None:
         """A subscription, new or changed (``op.prev`` / ``op.prev_at``: what it was)."""

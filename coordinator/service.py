@@ -26,8 +26,8 @@ from geopubsub.convert import (
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.errors import NotFoundError, UnavailableError, ValidationError
-from shard.limits import MAX_MOVE_BATCH, MAX_PUBLISH_BATCH
-from shard.model import validate_id
+from shard.limits import MAX_MOVE_BATCH, MAX_PUBLISH_BATCH, MAX_TOP_K
+from shard.model import Point, validate_id
 from shard.partition_map import MAX_PARTS
 
 if TYPE_CHECKING:
@@ -47,6 +47,17 @@ def _check_batch_ids(msgs: Sequence) -> None:
             if m.id in seen:
                 raise ValidationError(f"messages[{i}].id", m.id, "given twice in the batch")
             seen.add(m.id)
+
+
+def _check_topk_messages(msgs: Sequence, fields: Sequence[str]) -> None:
+    """A top-k publish's messages: each at a point, none stored (paper 001's events)."""
+    for m, f in zip(msgs, fields, strict=True):
+        if type(m.location) is not Point:
+            raise ValidationError(f"{f}.rect", "set", "a top-k publish (top_k > 0) takes a point")
+        if m.ttl:
+            raise ValidationError(
+                f"{f}.ttl_s", m.ttl, "a top-k publish is delivered once, not stored: must be 0"
+            )
 
 
 async def within(fut, context, limit: float, why: Callable[[], str] | None = None):
@@ -159,15 +170,21 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
             protos, fields = [request.message], ["message"]
         else:
             raise ValidationError("message", None, "required")
+        top_k = request.top_k
+        if top_k > MAX_TOP_K:
+            raise ValidationError("top_k", top_k, f"must be at most {MAX_TOP_K} (0: every match)")
         msgs = [
             from_proto_message(
                 m,
                 default_id=m.id or Engine.new_message_id(),
                 field=f,
                 max_ttl_s=self.app.settings.max_ttl_s,
+                need_terms=not top_k,
             )
             for m, f in zip(protos, fields, strict=True)
         ]
+        if top_k:
+            _check_topk_messages(msgs, fields)
         if batch:
             _check_batch_ids(msgs)
         # a client-given id published before (in the log) or on its way: not again (a retry)
@@ -183,7 +200,9 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
             mp.time = now
             payloads.append(mp.SerializeToString())
         futs = (
-            self.engine.publish_many([msgs[i] for i in new], payloads, [fields[i] for i in new])
+            self.engine.publish_many(
+                [msgs[i] for i in new], payloads, [fields[i] for i in new], top_k
+            )
             if new
             else []
         )

@@ -35,7 +35,7 @@ from geopubsub.convert import (
 from geopubsub.v1 import geopubsub_pb2 as pb
 from geopubsub.v1 import geopubsub_pb2_grpc as pb_grpc
 from shard.errors import UnavailableError, ValidationError
-from shard.limits import MAX_MOVE_BATCH, MAX_SUBSCRIBE_BATCH
+from shard.limits import MAX_MOVE_BATCH, MAX_SUBSCRIBE_BATCH, MAX_TOP_K
 from shard.model import (
     Message,
     Subscription,
@@ -367,6 +367,7 @@ class GeoPubSubClient:
         rect: Coordinates | None = None,
         circle: Coordinates | None = None,
         polygon: Sequence[Sequence[Coordinates]] | None = None,
+        point: Coordinates | None = None,
         predicates: Sequence[Mapping[str, Any]] | None = None,
         threshold: float | None = None,
         alpha: float | None = None,
@@ -381,14 +382,17 @@ class GeoPubSubClient:
         each closed); ``predicates`` on the messages' attributes (``[{"attr": "price", "op":
         "<=", "value": 5}]``, docs/LIMITS.md) must all hold. ``threshold`` (with ``alpha``, and
         optionally ``weights`` by keyword) makes it ranked: the keywords are scored, not all
-        required (``shard.ranking``; its deliveries carry the score). ``ephemeral``: its
-        deliveries skip the retention log (a live result stream only).
+        required (``shard.ranking``; its deliveries carry the score). ``point`` ``(lon, lat)``
+        instead of a region makes a top-k subscription (paper 001): no keywords, ``predicates``
+        with a ``"weight"`` each, ``alpha``; it is reached only by top-k publishes (``publish(...,
+        top_k=k)``), scored. ``ephemeral``: its deliveries skip the retention log (a live result
+        stream only).
         """
         d: dict[str, Any] = {"id": id, "moving": moving}
         for name, value in (("keywords", keywords), ("expr", expr)):
             if value is not None:
                 d[name] = list(value) if name == "keywords" else value
-        for name, value in (("rect", rect), ("circle", circle)):
+        for name, value in (("rect", rect), ("circle", circle), ("point", point)):
             if value is not None:
                 d[name] = list(value)
         if polygon is not None:
@@ -475,11 +479,13 @@ class GeoPubSubClient:
         ttl_s: float = 0.0,
         id: str = "",
         attributes: Mapping[str, float | str] | None = None,
+        top_k: int = 0,
     ) -> PublishResult:
         """Publish one message at ``point`` ``(lon, lat)`` or over ``rect``. ``ttl_s`` 0: delivered
         to the subscriptions matching now and not stored; else live for ``ttl_s`` seconds. An empty
         ``id`` lets the server assign one. ``attributes``: ``{"price": 4.5, "category":
-        "food"}``, what subscriptions' predicates test."""
+        "food"}``, what subscriptions' predicates test. ``top_k`` > 0: deliver it to the k top-k
+        subscriptions scoring it highest instead (a point, no ttl, keywords optional)."""
         d: dict[str, Any] = {"id": id, "keywords": list(keywords)}
         if text:
             d["text"] = text
@@ -490,23 +496,23 @@ class GeoPubSubClient:
                 d[name] = list(value)
         if ttl_s:
             d["ttl"] = ttl_s
-        response = self._stub.Publish(_publish_request(d), timeout=self.timeout_s)
+        response = self._stub.Publish(_publish_request(d, top_k), timeout=self.timeout_s)
         return PublishResult(response.id, response.matched)
 
     def publish_many(
-        self, messages: Iterable[Message | Mapping[str, Any]]
+        self, messages: Iterable[Message | Mapping[str, Any]], *, top_k: int = 0
     ) -> Iterator[PublishResult]:
         """Publish over one PublishStream: one result per message, in order. A message is a
         ``shard.model.Message`` or its workload form (``{"id", "keywords", "text", "point" |
         "rect", "ttl"}``, as ``geopubsub gen`` writes; the id may be empty or absent). Messages are sent as
         the iterator is consumed; an invalid one ends the stream after the results of those before
-        it, then raises its ``ValidationError``."""
+        it, then raises its ``ValidationError``. ``top_k``: as ``publish``."""
         rejected: list[Exception] = []
 
         def requests() -> Iterator[pb.PublishRequest]:
             for m in messages:
                 try:
-                    yield _publish_request(m)
+                    yield _publish_request(m, top_k)
                 except Exception as exc:  # raised to the caller below, not inside gRPC's thread
                     rejected.append(exc)
                     return
@@ -634,10 +640,14 @@ class GeoPubSubClient:
         return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
 
 
-def _publish_request(message: Message | Mapping[str, Any]) -> pb.PublishRequest:
+def _publish_request(message: Message | Mapping[str, Any], top_k: int = 0) -> pb.PublishRequest:
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 0 <= top_k <= MAX_TOP_K:
+        raise ValidationError("top_k", top_k, f"must be an integer in [0, {MAX_TOP_K}]")
     if not isinstance(message, Message):
-        message = message_from_dict({"id": "", **message}, allow_empty_id=True)
-    return pb.PublishRequest(message=to_proto_message(message))
+        message = message_from_dict(
+            {"id": "", **message}, allow_empty_id=True, need_terms=not top_k
+        )
+    return pb.PublishRequest(message=to_proto_message(message), top_k=top_k)
 
 
 def _location_request(id: str, lon: float, lat: float) -> pb.UpdateLocationRequest:

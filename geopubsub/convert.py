@@ -86,12 +86,14 @@ def _predicates_list(preds: Sequence[pb.Predicate]) -> list[dict[str, Any]]:
             d["value"] = [_value(v) for v in p.values]
         elif p.HasField("value"):
             d["value"] = _value(p.value)
+        if p.weight != 0.0:  # (NaN included: validation names it)
+            d["weight"] = p.weight
         out.append(d)
     return out
 
 
 def _to_proto_predicate(d: dict[str, Any]) -> pb.Predicate:
-    out = pb.Predicate(attr=d["attr"], op=d["op"])
+    out = pb.Predicate(attr=d["attr"], op=d["op"], weight=d.get("weight", 0.0))
     v = d["value"]
     if isinstance(v, list):
         out.values.extend(_to_value(x) for x in v)
@@ -155,9 +157,16 @@ def from_proto_subscription(sub: pb.Subscription, *, field: str = "subscription"
         d["circle"] = [sub.circle.lon, sub.circle.lat, sub.circle.radius_m]
     elif region == "polygon":
         d["polygon"] = [[[p.lon, p.lat] for p in r.points] for r in sub.polygon.rings]
+    elif region == "point":  # a top-k subscription
+        d["point"] = [sub.point.lon, sub.point.lat]
     if sub.predicates:
         d["predicates"] = _predicates_list(sub.predicates)
-    if sub.threshold != 0.0:  # NaN included, so that validation rejects it
+    if region == "point" and sub.threshold == 0.0:
+        if sub.HasField("alpha"):
+            d["alpha"] = sub.alpha
+        if sub.weights:
+            d["weights"] = dict(sub.weights)
+    elif sub.threshold != 0.0:  # NaN included, so that validation rejects it
         d["threshold"] = sub.threshold
         if sub.HasField("alpha"):
             d["alpha"] = sub.alpha
@@ -240,6 +249,9 @@ def to_proto_subscription(sub: Subscription) -> pb.Subscription:
     elif isinstance(sub.region, Circle):
         c: Circle = sub.region
         out.circle.CopyFrom(pb.Circle(lon=c.lon, lat=c.lat, radius_m=c.radius_m))
+    elif isinstance(sub.region, Point):  # a top-k subscription
+        out.point.CopyFrom(to_proto_point(sub.region))
+        out.alpha = sub.alpha
     else:  # a polygon, where it is now
         for ring in d["polygon"]:
             out.polygon.rings.add().points.extend(pb.Point(lon=x, lat=y) for x, y in ring)
@@ -255,12 +267,18 @@ def to_proto_subscription(sub: Subscription) -> pb.Subscription:
 
 # ---- messages -------------------------------------------------------------------------------
 def from_proto_message(
-    msg: pb.Message, *, default_id: str, field: str = "message", max_ttl_s: float = MAX_TTL_S
+    msg: pb.Message,
+    *,
+    default_id: str,
+    field: str = "message",
+    max_ttl_s: float = MAX_TTL_S,
+    need_terms: bool = True,
 ) -> Message:
     """Validate a Message; an empty ``id`` becomes ``default_id``, an empty ``text`` None,
     ``ttl_s`` 0 one-shot (ttl None), at most ``max_ttl_s`` (the cluster's ``max_ttl_s``, itself
-    at most ``MAX_TTL_S``). ``time`` is ignored. Raises ValidationError naming
-    ``{field}.<path>``. O(size of the message).
+    at most ``MAX_TTL_S``). ``time`` is ignored. ``need_terms`` False: it may have no terms (a
+    top-k publish's). Raises ValidationError naming ``{field}.<path>``. O(size of the
+    message).
 
     >>> m = from_proto_message(
     ...     pb.Message(text="iPad sale", point=pb.Point(lon=1, lat=2)), default_id="m7"
@@ -288,11 +306,11 @@ def from_proto_message(
                     raise _under(field, e) from e
                 if terms:
                     return Message(mid, terms, Point(lon, lat), ttl or None, kws, text)
-    return _message_via_dict(msg, mid, field, max_ttl_s)
+    return _message_via_dict(msg, mid, field, max_ttl_s, need_terms)
 
 
 def _message_via_dict(
-    msg: pb.Message, mid: str, field: str, max_ttl_s: float = MAX_TTL_S
+    msg: pb.Message, mid: str, field: str, max_ttl_s: float = MAX_TTL_S, need_terms: bool = True
 ) -> Message:
     """``from_proto_message`` through the workload form's validation (every case)."""
     d: dict[str, Any] = {"id": mid, "keywords": list(msg.keywords)}
@@ -308,7 +326,7 @@ def _message_via_dict(
     if msg.attributes:
         d["attributes"] = {k: _value(v) for k, v in msg.attributes.items()}
     try:
-        out = message_from_dict(d)
+        out = message_from_dict(d, need_terms=need_terms)
     except ValidationError as e:
         raise _under(field, e) from e
     if out.ttl is not None and out.ttl > max_ttl_s:

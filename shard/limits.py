@@ -70,3 +70,6 @@ positions for a plain outline, ~1.5 ms for a very spiky one)."""
 
 MAX_POLYGON_RINGS = 64
 """Rings of a subscription's polygon: its exterior and up to 63 holes."""
+
+MAX_TOP_K = 1000
+"""The largest k of a top-k publish (``PublishRequest.top_k``; paper 001)."""

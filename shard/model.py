@@ -10,7 +10,7 @@ import enum
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from shard.attributes import (
     Predicate,
@@ -146,7 +146,8 @@ def polygon_offset(base, box) -> tuple[float, float]:
     )
 
 
-Region = Rect | Circle | Polygon
+Region = Rect | Circle | Polygon | Point
+"""A ``Point`` is the location of a top-k subscription (``Subscription.topk``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +156,11 @@ class Subscription:
     each clause needs; ``negated`` (None: no NOT) the terms each clause must not meet, aligned
     with ``clauses``. ``predicates`` must all hold on a message's attributes
     (``shard.attributes``). ``keywords`` / ``expr`` keep the condition as given, for round
-    trips."""
+    trips.
+
+    A *top-k subscription* (paper 001, ``shard.topk``; ``topk``) has a ``Point`` for its
+    region, no clauses, weighted ``predicates`` (weights summing to 1) and ``alpha``: it takes
+    part in top-k publishes only, which score it (``shard.topk.model.score``)."""
 
     id: str
     clauses: tuple[tuple[str, ...], ...]
@@ -182,7 +187,13 @@ class Subscription:
             and not self.predicates
             and self.threshold is None
             and type(self.region) is not Polygon
+            and type(self.region) is not Point
         )
+
+    @property
+    def topk(self) -> bool:
+        """A top-k subscription (paper 001): located at a point, reached by top-k publishes."""
+        return type(self.region) is Point
 
     @property
     def term_weights(self) -> tuple[float, ...]:
@@ -206,6 +217,14 @@ class Subscription:
                 self.weights,
             ),
         )
+
+
+class TopKAnswer(NamedTuple):
+    """A shard's answer to a top-k publish (``shard.topk.hosted``): the tags and the scores
+    (numpy arrays) of its best top-k subscriptions, best first."""
+
+    tags: Any
+    scores: Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,9 +349,10 @@ def _unknown(d: Mapping[str, Any], allowed: frozenset[str]) -> None:
 _SUB_FIELDS = frozenset(
     {
         "id", "keywords", "expr", "rect", "circle", "polygon", "moving", "predicates",
-        "threshold", "alpha", "weights",
+        "threshold", "alpha", "weights", "point",
     }
 )  # fmt: skip
+_TOPK_FIELDS = frozenset({"id", "point", "predicates", "alpha", "moving"})
 _MSG_FIELDS = frozenset({"id", "keywords", "text", "point", "rect", "ttl", "attributes"})
 _REGIONS = ("rect", "circle", "polygon")
 
@@ -346,6 +366,8 @@ def subscription_from_dict(d: Mapping[str, Any]) -> Subscription:
     if not isinstance(d, Mapping):
         raise ValidationError("subscription", d, "must be an object")
     _unknown(d, _SUB_FIELDS)
+    if "point" in d:
+        return _topk_from_dict(d)
     sid = validate_id("id", d.get("id"))
     has_kw, has_expr = "keywords" in d, "expr" in d
     if has_kw == has_expr:
@@ -397,8 +419,40 @@ def subscription_from_dict(d: Mapping[str, Any]) -> Subscription:
     )  # fmt: skip
 
 
-def message_from_dict(d: Mapping[str, Any], *, allow_empty_id: bool = False) -> Message:
-    """Validate the workload form of a message.
+def _topk_from_dict(d: Mapping[str, Any]) -> Subscription:
+    """A top-k subscription's workload form (``shard.topk.model``'s, plus ``moving``):
+    ``{"id", "point": [lon, lat], "predicates": [... "weight": w], "alpha"}``.
+
+    >>> s = _topk_from_dict({"id": "t", "point": [1, 2], "alpha": 0.2, "predicates": [
+    ...     {"attr": "a", "op": "=", "value": 1, "weight": 3}, {"attr": "b", "op": "<", "value": 2}]})
+    >>> s.topk, s.region, [p.weight for p in s.predicates], s.alpha
+    (True, Point(lon=1.0, lat=2.0), [0.75, 0.25], 0.2)
+    """
+    for k in d:
+        if k not in _TOPK_FIELDS:
+            raise ValidationError(
+                str(k), d[k], "a top-k subscription (point) takes id, predicates, alpha, moving"
+            )
+    sid = validate_id("id", d.get("id"))
+    p = _seq("point", d["point"], 2)
+    point = validate_point("point", p[0], p[1])
+    if "predicates" not in d:
+        raise ValidationError("predicates", None, "a top-k subscription needs 1 or more")
+    predicates = predicates_from_list("predicates", d["predicates"], weighted=True)
+    alpha = _number("alpha", d.get("alpha", 0.5))
+    if not 0.0 <= alpha <= 1.0:
+        raise ValidationError("alpha", d.get("alpha"), "must be in [0, 1]")
+    moving = d.get("moving", False)
+    if not isinstance(moving, bool):
+        raise ValidationError("moving", moving, "must be true or false")
+    return Subscription(sid, (), point, moving, predicates=predicates, alpha=alpha)
+
+
+def message_from_dict(
+    d: Mapping[str, Any], *, allow_empty_id: bool = False, need_terms: bool = True
+) -> Message:
+    """Validate the workload form of a message (``need_terms`` False: it may have none, as
+    a top-k publish's message, scored on its attributes and point).
 
     >>> message_from_dict({"id": "m1", "text": "iPad sale", "point": [0.5, 0.5]}).terms
     ('ipad', 'sale')
@@ -417,7 +471,7 @@ def message_from_dict(d: Mapping[str, Any], *, allow_empty_id: bool = False) -> 
         if len(text) > MAX_TEXT_LEN:
             raise ValidationError("text", text, f"longer than {MAX_TEXT_LEN} characters")
     terms = message_terms(kws, text)
-    if not terms:
+    if not terms and need_terms:
         raise ValidationError(
             "keywords", kws, "a message needs at least one term (keywords or text)"
         )
@@ -454,6 +508,8 @@ def region_to_dict(region: Region) -> dict[str, list]:
     if isinstance(region, Polygon):
         dx, dy = region.offset
         return {"polygon": [[[x + dx, y + dy] for x, y in ring] for ring in region.rings]}
+    if isinstance(region, Point):
+        return {"point": [region.lon, region.lat]}
     return {"circle": [region.lon, region.lat, region.radius_m]}
 
 
@@ -461,6 +517,13 @@ def subscription_to_dict(s: Subscription) -> dict[str, Any]:
     """Inverse of ``subscription_from_dict`` (a DNF built in code is written as ``keywords`` when it
     has one clause, else as an ``expr``)."""
     d: dict[str, Any] = {"id": s.id}
+    if s.topk:
+        d.update(region_to_dict(s.region))
+        d["predicates"] = predicates_to_list(s.predicates, weighted=True)
+        d["alpha"] = s.alpha
+        if s.moving:
+            d["moving"] = True
+        return d
     if s.expr is not None:
         d["expr"] = s.expr
     elif s.keywords is not None:
@@ -493,6 +556,8 @@ def _region_row(r: Region) -> tuple:
         return (0, r.min_lon, r.min_lat, r.max_lon, r.max_lat)
     if type(r) is Circle:
         return (1, r.lon, r.lat, r.radius_m)
+    if type(r) is Point:
+        return (3, r.lon, r.lat)
     return (2, r.rings, r.base, r.box)
 
 
@@ -501,13 +566,15 @@ def _region_of_row(r: tuple) -> Region:
         return Rect(r[1], r[2], r[3], r[4])
     if r[0] == 1:
         return Circle(r[1], r[2], r[3])
+    if r[0] == 3:
+        return Point(r[1], r[2])
     return Polygon(r[1], r[2], r[3])
 
 
 def subscriptions_to_rows(subs: Sequence[Subscription]) -> list[SubscriptionRow]:
     """Subscriptions as plain tuples (id, clauses, region, moving, keywords, expr[, negated,
     predicates]), the region as ``(0, min_lon, min_lat, max_lon, max_lat)``, ``(1, lon, lat,
-    radius_m)`` or ``(2, rings, base, box)``: what the coordinator sends a shard actor to load.
+    radius_m)``, ``(2, rings, base, box)`` or ``(3, lon, lat)`` (a top-k subscription): what the coordinator sends a shard actor to load.
     Pickling tuples of builtins takes ~4 µs a subscription here, the dataclasses ~15 µs (and as
     long again to unpickle). O(n).
 

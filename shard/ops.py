@@ -9,6 +9,8 @@ An operation is a plain tuple (no protobuf; ``shard.wire`` carries it to a shard
     ("unsub", id)             no updates
     ("detach", id)            -m for everything s holds here, then removed (s left this shard)
     ("move", id, Point)       the move's ± difference
+    ("topk", Message, k)      a top-k publish (paper 001): the ``TopKAnswer`` (tags and scores)
+                              of this shard's k best top-k subscriptions; nothing stored
 
 ``apply_ops`` first advances the shard to ``now`` (the expirations, as columns:
 ``ShardState.advance_tagged``), then applies runs of
@@ -43,7 +45,7 @@ import numpy as np
 from shard.errors import NotFoundError, ValidationError
 from shard.state import ShardState
 
-_KINDS = ("pub", "sub", "unsub", "detach", "move")
+_KINDS = ("pub", "sub", "unsub", "detach", "move", "topk")
 
 
 Expired = tuple[list[str], np.ndarray, np.ndarray]
@@ -93,6 +95,11 @@ def _apply_run(state, kind, run, keys, out, tags, now) -> None:
             out[k] = n
         tags.append(reached)
         return
+    if kind == "topk":
+        answers = state.topk_batch([op[1] for op in run], [op[2] for op in run], now)
+        for k, a in zip(keys.values(), answers, strict=True):
+            out[k] = a
+        return
     if kind == "sub":
         ups = state.subscribe_batch(
             [op[1] for op in run], now, [op[2] if len(op) > 2 else -1 for op in run]
@@ -108,4 +115,4 @@ def _apply_run(state, kind, run, keys, out, tags, now) -> None:
 
 
 def _key(op: tuple) -> str:
-    return op[1].id if op[0] in ("pub", "sub") else op[1]
+    return op[1].id if op[0] in ("pub", "sub", "topk") else op[1]

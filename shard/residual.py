@@ -115,6 +115,7 @@ class ResidualIndex:
         message meeting one is a candidate (``shard.side``)."""
         self.held_by: dict[str, set[str]] = {}
         """For those: the ones holding each stored message (their expiry is found here)."""
+        self.row_slots = RowSlots()
 
     @classmethod
     def over(cls, inner: Any, subs: Iterable[Subscription] = ()) -> ResidualIndex:
@@ -496,7 +497,8 @@ class ResidualIndex:
         found = check_candidates(self.cond, self.side, store, messages, owner, slots)
         if found is None:
             return updates, slots, counts
-        flagged, ok, s_owner, s_names = found
+        flagged, ok, s_owner, s_rows = found
+        s_slots = self.row_slots.of(store, s_rows)
         subs = self.subs
         stored = np.fromiter((bool(m.ttl) for m in messages), np.bool_, n)
         f_owner = owner[flagged]
@@ -507,10 +509,11 @@ class ResidualIndex:
                 self.core_held.setdefault(sid, set()).add(mid)
             if ok[j]:
                 self._hold(sid, mid)
-        for sid, q in zip(s_names, s_owner.tolist(), strict=True):
-            if stored[q]:
-                self._hold(sid, messages[q].id)
-        out_owner, out_slots = _with_side(store, owner, slots, flagged, ok, s_owner, s_names)
+        kept = np.flatnonzero(stored[s_owner])
+        s_names = store.ids[s_slots[kept]].tolist()
+        for sid, q in zip(s_names, s_owner[kept].tolist(), strict=True):
+            self._hold(sid, messages[q].id)
+        out_owner, out_slots = _with_side(owner, slots, flagged, ok, s_owner, s_slots)
         return updates, out_slots, np.bincount(out_owner, minlength=n)
 
     def publish_batch(self, messages: Sequence[Message], now: float) -> list[Update]:
@@ -661,7 +664,7 @@ def check_candidates(
     batch of ``messages``: those of subscriptions with conditions (the store's ``extra``
     column) checked by ``cond``, and the side index's candidates (a pair the index gave too
     tested once). Returns None when there is nothing to test, else (the positions of the
-    flagged pairs, whether each holds, the message index and id of each side pair that
+    flagged pairs, whether each holds, the message index and condition row of each side pair that
     holds). ``kind`` / ``geom``: the batch's, when the caller has them."""
     flagged = np.flatnonzero(store.extra[slots])
     n = len(messages)
@@ -696,20 +699,42 @@ def check_candidates(
         batch,
     )
     side_ok = np.flatnonzero(ok[n_core:])
-    return flagged, ok[:n_core], s_owner[side_ok], side.ids(s_slots[side_ok])
+    return flagged, ok[:n_core], s_owner[side_ok], s_rows[side_ok]
 
 
-def _with_side(store, owner, slots, flagged, ok, s_owner, s_names):
+class RowSlots:
+    """The store slot of each condition row: the inverse of the store's ``extra`` column, kept
+    between calls and checked on every use (a relayout or a new subscription moves slots: then
+    it is rebuilt, O(slots) vectorised)."""
+
+    def __init__(self) -> None:
+        self.slot = np.zeros(0, np.int64)
+
+    def of(self, store: Any, rows: np.ndarray) -> np.ndarray:
+        """The slots of condition ``rows`` (each held by the store)."""
+        if not rows.size:
+            return np.zeros(0, np.int64)
+        s = self.slot
+        if int(rows.max()) < s.shape[0]:
+            got = s[rows]
+            if (got >= 0).all() and np.array_equal(store.extra[got], rows + 1):
+                return got
+        flagged = np.flatnonzero(store.extra)
+        self.slot = np.full(int(store.extra[flagged].max()) if flagged.size else 0, -1, np.int64)
+        self.slot[store.extra[flagged].astype(np.int64) - 1] = flagged
+        return self.slot[rows]
+
+
+def _with_side(owner, slots, flagged, ok, s_owner, s_slots):
     """The pairs (owner, slot) kept: the index's that are not flagged or hold, then the side
-    index's that hold (by their ids' slots in ``store``), in message order."""
+    index's that hold (``s_owner``, ``s_slots``), in message order."""
     keep = np.ones(slots.shape[0], np.bool_)
     keep[flagged] = ok
     out_owner, out_slots = owner[keep], slots[keep]
-    if not s_names:
+    if not s_slots.size:
         return out_owner, out_slots
-    s_slots = np.array([store.slot_of[x] for x in s_names], out_slots.dtype)
     out_owner = np.concatenate([out_owner, s_owner.astype(out_owner.dtype)])
-    out_slots = np.concatenate([out_slots, s_slots])
+    out_slots = np.concatenate([out_slots, s_slots.astype(out_slots.dtype)])
     order = np.argsort(out_owner, kind="stable")
     return out_owner[order], out_slots[order]
 
@@ -730,11 +755,14 @@ def _check_now(now: float, last: float) -> None:
 
 def index_box(sub: Subscription) -> tuple[float, float, float, float]:
     """The box a subscription is placed by (the shards it goes to): its core form's, so a
-    ranked subscription that can match anywhere goes to every shard.
+    ranked subscription that can match anywhere goes to every shard; a top-k one's point.
 
     >>> index_box(Subscription("s", (("a",),), Rect(0, 0, 1, 1), threshold=0.6, alpha=0.2))
     (-180.0, -90.0, 180.0, 90.0)
     """
+    p = sub.region
+    if type(p) is Point:
+        return (p.lon, p.lat, p.lon, p.lat)
     return region_bbox(core_form(sub).region)
 
 
@@ -759,6 +787,7 @@ class StaticChecker:
         self.on_location: dict[str, Rect] = {}
         """The ranked ones matching on location alone: their rectangles (``shard.side``)."""
         self.side = SideIndex()
+        self.row_slots = RowSlots()
 
     def __len__(self) -> int:
         return len(self.row_of)
@@ -803,7 +832,9 @@ class StaticChecker:
         found = check_candidates(self.cond, self.side, store, messages, out_m, out_s, kind, geom)
         if found is None:
             return out_m, out_s
-        return _with_side(store, out_m, out_s, *found)
+        flagged, ok, s_owner, s_rows = found
+        s_slots = self.row_slots.of(store, s_rows)
+        return _with_side(out_m, out_s, flagged, ok, s_owner, s_slots)
 
     def match(self, index, messages: Sequence[Message]) -> list[list[str]]:
         """``index.match_batch(messages)`` with the conditions checked."""

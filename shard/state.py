@@ -56,6 +56,7 @@ updates of one subscription for one message does not).
 from __future__ import annotations
 
 import io
+import json
 import math
 import pickle
 import struct
@@ -68,7 +69,7 @@ from shard.applus import APPlusTree
 from shard.attributes import Predicate
 from shard.density import count_centres, grid_shape
 from shard.errors import NotFoundError, ValidationError
-from shard.limits import MAX_CLAUSE_TERMS, MAX_CLAUSES, MAX_ID_LEN
+from shard.limits import MAX_CLAUSE_TERMS, MAX_CLAUSES, MAX_ID_LEN, MAX_TOP_K
 from shard.model import (
     REMOVE,
     Circle,
@@ -77,7 +78,10 @@ from shard.model import (
     Polygon,
     Rect,
     Subscription,
+    TopKAnswer,
     Update,
+    subscription_from_dict,
+    subscription_to_dict,
     subscriptions_from_rows,
     subscriptions_to_rows,
     validate_circle,
@@ -87,6 +91,7 @@ from shard.model import (
 )
 from shard.residual import ResidualIndex, core_form
 from shard.rivals.hosted import HostedIndex
+from shard.topk.hosted import TopKHold
 
 SNAPSHOT_MAGIC = b"GPSS"
 SNAPSHOT_VERSION = 3
@@ -138,6 +143,8 @@ class ShardState:
         self.shard_id = shard_id
         self.options = dict(options)
         self.tree = _new_tree(options)
+        self.topk = TopKHold()
+        """The top-k subscriptions (``Subscription.topk``; paper 001), beside the tree."""
 
     # ---- construction ---------------------------------------------------------------------
     @classmethod
@@ -164,9 +171,17 @@ class ShardState:
         tags = _validate_tags(tags, len(subs))
         if now is not None:
             _validate_now(now, -math.inf)
+        tags = tags if tags is not None else [-1] * len(subs)
+        last = {s.id: i for i, s in enumerate(subs)}  # a later id replaces an earlier one
+        ranked = [i for i in last.values() if subs[i].topk]
+        if ranked:
+            state.topk.add([subs[i] for i in ranked], [tags[i] for i in ranked])
+            subs, tags = (
+                [s for i, s in enumerate(subs) if not s.topk and last[s.id] == i],
+                [t for i, t in enumerate(tags) if not subs[i].topk and last[subs[i].id] == i],
+            )
         state.tree = _new_tree(options, subs)
-        if tags is not None:
-            state._set_tags([s.id for s in subs], tags)
+        state._set_tags([s.id for s in subs], tags)
         if now is not None:
             state.tree.advance(now)
         return state
@@ -187,9 +202,29 @@ class ShardState:
         subs = list(subs)
         _validate_subscriptions(subs)
         tags = _validate_tags(tags, len(subs))
+        tags = tags if tags is not None else [-1] * len(subs)
         updates = self._advance_checked(now)
-        updates += self.tree.subscribe_many(subs)
-        self._set_tags([s.id for s in subs], tags if tags is not None else [-1] * len(subs))
+        tree, topk = self.tree, self.topk
+        run: list[Subscription] = []
+        run_tags: list[int] = []
+        for sub, tag in zip(subs, tags, strict=True):
+            if not sub.topk:
+                topk.remove(sub.id)  # (a top-k one replaced by another kind)
+                run.append(sub)
+                run_tags.append(tag)
+                continue
+            if sub.id in tree or any(r.id == sub.id for r in run):  # another kind replaced
+                updates += self._subscribe_run(run, run_tags)
+                run, run_tags = [], []
+                updates += self._detach(sub.id)
+            topk.add([sub], [tag])
+        return updates + self._subscribe_run(run, run_tags)
+
+    def _subscribe_run(self, subs: list[Subscription], tags: list[int]) -> list[Update]:
+        if not subs:
+            return []
+        updates = self.tree.subscribe_many(subs)
+        self._set_tags([s.id for s in subs], tags)
         return updates
 
     def _set_tags(self, ids: list[str], tags: Sequence[int]) -> None:
@@ -213,6 +248,8 @@ class ShardState:
         for sub_id in ids:
             if sub_id in tree:
                 tree.unsubscribe(sub_id)
+            else:
+                self.topk.remove(sub_id)
         return updates
 
     def detach_batch(self, ids: Sequence[str], now: float) -> list[Update]:
@@ -233,12 +270,18 @@ class ShardState:
         """
         ids = _validate_ids(ids)
         updates = self._advance_checked(now)
-        tree = self.tree
         for sub_id in ids:
-            if sub_id not in tree:
-                continue
-            updates += [(sub_id, REMOVE, mid) for mid in tree.results(sub_id)]
-            tree.unsubscribe(sub_id)
+            updates += self._detach(sub_id)
+        return updates
+
+    def _detach(self, sub_id: str) -> list[Update]:
+        """-m for all ``sub_id`` holds here, then its removal (a top-k one: no update)."""
+        tree = self.tree
+        if sub_id not in tree:
+            self.topk.remove(sub_id)
+            return []
+        updates = [(sub_id, REMOVE, mid) for mid in tree.results(sub_id)]
+        tree.unsubscribe(sub_id)
         return updates
 
     # ---- messages and moves ---------------------------------------------------------------
@@ -299,7 +342,36 @@ class ShardState:
         """
         moves = list(moves)
         self._validate_moves(moves, now)
+        topk = self.topk
+        if len(topk) and any(sid in topk for sid, _ in moves):
+            self.topk.move([(sid, p) for sid, p in moves if sid in topk])
+            moves = [(sid, p) for sid, p in moves if sid not in topk]
         return self.tree.move_batch(moves, now)
+
+    def topk_batch(
+        self, messages: Sequence[Message], ks: Sequence[int], now: float
+    ) -> list[TopKAnswer]:
+        """Top-k publishes (paper 001): for each message, the tags and scores of the ``ks[i]``
+        top-k subscriptions here that score it highest (ties by subscription id). The messages
+        are not stored; each needs a point (``shard.topk.hosted``). O(search), compiled.
+
+        >>> ShardState(0).topk_batch([Message("e", (), Point(0, 0))], [5], 0.0)[0].tags
+        array([], dtype=int32)
+        """
+        messages = list(messages)
+        _validate_now(now, self.tree.now)
+        if len(ks) != len(messages):
+            raise ValidationError("ks", len(ks), f"must give one k per message ({len(messages)})")
+        for i, (m, k) in enumerate(zip(messages, ks, strict=True)):
+            _check_message(f"messages[{i}]", m, need_terms=False)
+            if type(m.location) is not Point:
+                raise ValidationError(
+                    f"messages[{i}].rect", m.location, "a top-k publish takes a point"
+                )
+            if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_TOP_K:
+                raise ValidationError(f"ks[{i}]", k, f"must be an integer in [1, {MAX_TOP_K}]")
+        self.tree.advance(now)  # (the tree's clock is the shard's)
+        return self.topk.topk_batch(messages, ks)
 
     def advance(self, now: float) -> list[Update]:
         """Move the clock to ``now``: (s, -m) for each held message that expired. O(expired ·
@@ -317,8 +389,8 @@ class ShardState:
         >>> ShardState(0).has(["a"])
         [False]
         """
-        tree = self.tree
-        return [sub_id in tree for sub_id in _validate_ids(ids)]
+        tree, topk = self.tree, self.topk
+        return [sub_id in tree or sub_id in topk for sub_id in _validate_ids(ids)]
 
     def subscriptions(self, ids: Sequence[str]) -> list[Subscription | None]:
         """The subscriptions as held now (a moving one at its current region; the condition as
@@ -327,7 +399,10 @@ class ShardState:
         out: list[Subscription | None] = []
         for sub_id in _validate_ids(ids):
             slot = store.slot_of.get(sub_id)
-            out.append(None if slot is None else self._subscription_at(slot))
+            if slot is None:
+                out.append(self.topk.subs.get(sub_id))
+            else:
+                out.append(self._subscription_at(slot))
         return out
 
     def messages(self, ids: Sequence[str]) -> list[Message | None]:
@@ -363,7 +438,7 @@ class ShardState:
         return self.tree.now
 
     def __len__(self) -> int:
-        return len(self.tree)
+        return len(self.tree) + len(self.topk)
 
     @property
     def rebuilds(self) -> int:
@@ -376,7 +451,10 @@ class ShardState:
 
     def figures(self) -> dict[str, int]:
         """The O(1) counts for monitoring: subscriptions and live messages."""
-        return {"subscriptions": len(self.tree.store), "live_messages": len(self.tree.msgs)}
+        return {
+            "subscriptions": len(self.tree.store) + len(self.topk),
+            "live_messages": len(self.tree.msgs),
+        }
 
     def stats(self) -> dict[str, Any]:
         """Counts for monitoring: subscriptions, moving ones, live messages, the tree's node and
@@ -386,8 +464,10 @@ class ShardState:
         return {
             "shard_id": self.shard_id,
             "now": self.tree.now,
-            "subscriptions": len(store),
-            "moving": int(np.count_nonzero(store.moving[slots])),
+            "subscriptions": len(store) + len(self.topk),
+            "topk_subscriptions": len(self.topk),
+            "moving": int(np.count_nonzero(store.moving[slots]))
+            + sum(s.moving for s in self.topk.subs.values()),
             "live_messages": len(self.tree.msgs),
             "tree": self.tree.stats(),
         }
@@ -426,6 +506,8 @@ class ShardState:
         # the rows ungrown until the next operation needs them: grow them first
         self.tree.sync()
         self.tree.check_invariants()
+        self.topk.check_invariants()
+        assert not any(sid in self.tree for sid in self.topk.subs), "held twice"
 
     # ---- validation -------------------------------------------------------------------------
     def advance_tagged(self, now: float) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -469,9 +551,10 @@ class ShardState:
             if not isinstance(sub_id, str):
                 raise ValidationError(f"{at}.id", sub_id, "must be a string")
             slot = store.slot_of.get(sub_id)
-            if slot is None:
+            held = self.topk.subs.get(sub_id)
+            if slot is None and held is None:
                 raise NotFoundError("subscription", sub_id)
-            if not store.moving[slot]:
+            if not (store.moving[slot] if held is None else held.moving):
                 raise ValidationError(
                     f"{at}.id", sub_id, "the subscription is not moving (subscribe it moving)"
                 )
@@ -532,6 +615,10 @@ class ShardState:
                 [tree.subscription_at(store.slot_of[sid]) for sid in tree.subs]
             ),
             "messages": live,
+            "topk": [
+                (json.dumps(subscription_to_dict(s)), self.topk.tag[s.id])
+                for s in self.topk.subs.values()
+            ],
         }
         return _HEADER.pack(SNAPSHOT_MAGIC, SNAPSHOT_VERSION) + pickle.dumps(payload, protocol=5)
 
@@ -548,13 +635,11 @@ class ShardState:
         if whole:
             subs = [whole.get(s.id, s) for s in subs]
         tags = payload["subs"].get("tags")
-        state = cls.build(
-            payload["shard_id"],
-            subs,
-            None,
-            tags=None if tags is None else np.frombuffer(tags, "<i4").tolist(),
-            **payload["options"],
-        )
+        tags = [-1] * len(subs) if tags is None else np.frombuffer(tags, "<i4").tolist()
+        for raw, tag in payload.get("topk", ()):
+            subs.append(subscription_from_dict(json.loads(raw)))
+            tags.append(tag)
+        state = cls.build(payload["shard_id"], subs, None, tags=tags, **payload["options"])
         now = payload["now"]
         by_time: dict[float, list[Message]] = {}
         for mid, terms, loc, ttl, keywords, text, expiry, *attrs in payload["messages"]:
@@ -605,14 +690,15 @@ def _validate_ids(ids: Sequence[str]) -> list[str]:
     return ids
 
 
-def _check_message(at: str, m: Any) -> None:
-    """Raise ValidationError naming ``at.<field>`` for anything wrong with a message's fields."""
+def _check_message(at: str, m: Any, *, need_terms: bool = True) -> None:
+    """Raise ValidationError naming ``at.<field>`` for anything wrong with a message's fields
+    (``need_terms`` False: a top-k publish's message may have none)."""
     if not isinstance(m, Message):
         raise ValidationError(at, m, "must be a Message")
     validate_id(f"{at}.id", m.id)
     if (
         not isinstance(m.terms, tuple)
-        or not m.terms
+        or (need_terms and not m.terms)
         or not all(isinstance(t, str) for t in m.terms)
     ):
         raise ValidationError(f"{at}.terms", m.terms, "must be a non-empty tuple of terms")
@@ -689,6 +775,9 @@ def _validate_subscriptions(subs: list[Subscription]) -> None:
         if not isinstance(sub, Subscription):
             raise ValidationError(at, sub, "must be a Subscription")
         validate_id(f"{at}.id", sub.id)
+        if type(sub.region) is Point:  # a top-k subscription (paper 001)
+            _validate_topk(at, sub)
+            continue
         clauses = sub.clauses
         if not isinstance(clauses, tuple) or not 1 <= len(clauses) <= MAX_CLAUSES:
             raise ValidationError(
@@ -729,6 +818,37 @@ def _validate_subscriptions(subs: list[Subscription]) -> None:
             raise ValidationError(
                 f"{at}.predicates", sub.predicates, "must be a tuple of Predicates"
             )
+
+
+def _validate_topk(at: str, sub: Subscription) -> None:
+    """A top-k subscription's fields (``shard.model._topk_from_dict`` made them; a shard
+    checks them again, as from any caller)."""
+    p = sub.region
+    validate_point(f"{at}.point", p.lon, p.lat)
+    if sub.clauses != ():
+        raise ValidationError(f"{at}.clauses", sub.clauses, "a top-k subscription has none")
+    if not isinstance(sub.moving, bool):
+        raise ValidationError(f"{at}.moving", sub.moving, "must be true or false")
+    preds = sub.predicates
+    if (
+        not isinstance(preds, tuple)
+        or not preds
+        or not all(isinstance(x, Predicate) for x in preds)
+        or len({x.attr for x in preds}) != len(preds)
+    ):
+        raise ValidationError(
+            f"{at}.predicates", preds, "must be 1 or more Predicates on distinct attributes"
+        )
+    weights = [x.weight for x in preds]
+    if not all(type(w) is float and 0.0 < w <= 1.0 for w in weights) or not math.isclose(
+        math.fsum(weights), 1.0, abs_tol=1e-6
+    ):
+        raise ValidationError(f"{at}.predicates", weights, "weights must be > 0 and sum to 1")
+    a = sub.alpha
+    if type(a) is not float or not 0.0 <= a <= 1.0:
+        raise ValidationError(f"{at}.alpha", a, "must be a number in [0, 1]")
+    if sub.negated is not None or sub.threshold is not None or sub.weights is not None:
+        raise ValidationError(f"{at}.region", p, "a top-k subscription takes no NOT nor ranking")
 
 
 def _ragged_arange(lens: np.ndarray) -> np.ndarray:

@@ -20,11 +20,17 @@ A round is a list of operations, each a list whose first item says its kind:
                                           None] or None})
     ["U", id] / ["D", id]                 unsubscribe / detach
     ["M", id, lon, lat]                   move
+    ["K", id, [lon, lat], attributes, k, terms]
+                                          a top-k publish (its message's id, point,
+                                          attributes and terms)
+
+A top-k subscription (``Subscription.topk``) travels as an "S" whose region is
+``[3, lon, lat]``, with extras ``{"topk": [predicates with weights, alpha]}``.
 
 An answer is ``[expired ids, holders per id (int64), holders' tags (int32), per-operation
 results, publishes' tags (int32)]``; a per-operation result is a count (publish), a list of
-``[subscription, sign, message]`` updates (``shard.model.Sign``'s values, 0 or 1), or an error
-``{"e": kind, "a": args}``.
+``[subscription, sign, message]`` updates (``shard.model.Sign``'s values, 0 or 1), a top-k
+answer ``{"k": [tags (int32), scores (float64)]}``, or an error ``{"e": kind, "a": args}``.
 
 >>> from shard.model import Message, Point, Rect, Subscription
 >>> s = Subscription("s", (("x",),), Rect(0.0, 0.0, 1.0, 1.0), moving=True)
@@ -52,14 +58,16 @@ from shard.model import (
     Rect,
     Region,
     Subscription,
+    TopKAnswer,
     validate_rect,
 )
 from shard.polygon_rings import validate_polygon
 
-_OP_CODES = {"pub": "P", "sub": "S", "unsub": "U", "detach": "D", "move": "M"}
+_OP_CODES = {"pub": "P", "sub": "S", "unsub": "U", "detach": "D", "move": "M", "topk": "K"}
 _ERRORS: dict[str, type] = {"V": ValidationError, "X": ExpressionError, "N": NotFoundError}
 _I64 = np.dtype("<i8")
 _I32 = np.dtype("<i4")
+_F64 = np.dtype("<f8")
 
 
 def _plain(value: Any) -> Any:
@@ -76,9 +84,16 @@ def _op(op: tuple) -> list:
         if m.attributes:
             out.append(dict(m.attributes))
         return out
+    if kind == "topk":
+        m = op[1]
+        point = [m.location.lon, m.location.lat]
+        return ["K", m.id, point, dict(m.attributes), op[2], m.terms]
     if kind == "sub":
         s = op[1]
         r = s.region
+        if type(r) is Point:
+            ranked = [predicates_to_list(s.predicates, weighted=True), s.alpha]
+            return ["S", s.id, (), [3, r.lon, r.lat], s.moving, None, None, op[2], {"topk": ranked}]
         if type(r) is Rect:
             region = [0, r.min_lon, r.min_lat, r.max_lon, r.max_lat]
         elif type(r) is Circle:
@@ -170,6 +185,14 @@ def _decode_op(i: int, w: Any) -> tuple:
     if code == "P" and n in (5, 6):  # (the shard checks every message's fields: ShardState)
         attrs = attributes_from_mapping(f"ops[{i}].attributes", w[5]) if n == 6 else ()
         return ("pub", Message(w[1], w[2], _location(w[3]), w[4], attributes=attrs))
+    if code == "S" and n == 9 and isinstance(w[3], tuple) and w[3][:1] == (3,):
+        return ("sub", _topk_sub(i, w), w[7])
+    if code == "K" and n == 6:
+        if not isinstance(w[2], tuple) or len(w[2]) != 2:
+            raise ValidationError(f"ops[{i}].point", w[2], "must be [lon, lat]")
+        attrs = attributes_from_mapping(f"ops[{i}].attributes", w[3])
+        terms = _strings(w[5], f"ops[{i}].terms")
+        return ("topk", Message(w[1], terms, Point(*w[2]), None, attributes=attrs), w[4])
     if code == "S" and n in (8, 9):
         if not isinstance(w[2], tuple):
             raise ValidationError(f"ops[{i}].clauses", w[2], "must be a list of lists")
@@ -185,6 +208,19 @@ def _decode_op(i: int, w: Any) -> tuple:
     if code == "D" and n == 2:
         return ("detach", w[1])
     raise ValidationError(f"ops[{i}]", w, "unknown operation or wrong length")
+
+
+def _topk_sub(i: int, w: tuple) -> Subscription:
+    """A top-k subscription's "S" (region ``[3, lon, lat]``); the shard validates its fields
+    (``ShardState``), weights included."""
+    r, x = w[3], w[8]
+    if len(r) != 3 or not isinstance(x, dict) or set(x) != {"topk"} or len(x["topk"]) != 2:
+        raise ValidationError(f"ops[{i}]", w, "a top-k subscription is [3, lon, lat] + {topk}")
+    raw, alpha = x["topk"]
+    preds = predicates_from_list(f"ops[{i}].predicates", list(raw), weighted=True)
+    return Subscription(
+        w[1], (), Point(float(r[1]), float(r[2])), w[4], predicates=preds, alpha=alpha
+    )
 
 
 def loads_ops(data: bytes) -> list[tuple]:
@@ -218,6 +254,9 @@ def _result(r: Any) -> Any:
         return r
     if isinstance(r, Exception):
         return _error(r)
+    if isinstance(r, TopKAnswer):
+        tags = np.ascontiguousarray(r.tags, _I32).tobytes()
+        return {"k": [tags, np.ascontiguousarray(r.scores, _F64).tobytes()]}
     return r  # a list of (subscription, sign, message) updates
 
 
@@ -242,6 +281,12 @@ def _array(buf: Any, dtype: np.dtype) -> np.ndarray:
 
 
 def _decode_result(r: Any) -> Any:
+    if isinstance(r, dict) and "k" in r:
+        tags, scores = r["k"]
+        answer = TopKAnswer(_array(tags, _I32), _array(scores, _F64))
+        if answer.tags.shape != answer.scores.shape:
+            raise ValidationError("answer", r, "a top-k answer's tags and scores differ in length")
+        return answer
     if isinstance(r, dict):
         cls = _ERRORS.get(r.get("e"))
         if cls is None:

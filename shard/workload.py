@@ -76,6 +76,22 @@ def read_subscriptions(
     return iter_jsonl(path, subscription_from_dict, strict=strict, errors=errors)
 
 
+def without_topk(
+    subs: Iterable[Subscription], errors: list[str], strict: bool = False
+) -> Iterator[Subscription]:
+    """``subs`` without the top-k subscriptions (paper 001: ``geopubsub bench topk`` runs
+    those; the matching benchmarks cannot), each reported in ``errors`` (raised with
+    ``strict``)."""
+    for s in subs:
+        if not s.topk:
+            yield s
+            continue
+        e = ValidationError("point", s.id, "a top-k subscription: geopubsub bench topk takes it")
+        if strict:
+            raise e
+        errors.append(str(e))
+
+
 def read_messages(
     path: str | Path, *, strict: bool = False, errors: list[str] | None = None
 ) -> Iterator[Message]:

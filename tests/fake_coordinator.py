@@ -42,6 +42,9 @@ from shard.brute import subscription_matches
 from shard.errors import ValidationError
 from shard.limits import MAX_MOVE_BATCH
 from shard.model import ADD, REMOVE, Sign, Subscription
+from shard.topk.hosted import as_event
+from shard.topk.model import TopKSubscription
+from shard.topk.oracle import reference_topk
 
 
 class FakeGeoPubSub(pb_grpc.GeoPubSubServicer):
@@ -107,12 +110,26 @@ class FakeGeoPubSub(pb_grpc.GeoPubSubServicer):
     def Publish(self, request, context):
         with self.changed:
             try:
-                msg = from_proto_message(request.message, default_id=f"auto{self.published + 1}")
+                msg = from_proto_message(
+                    request.message,
+                    default_id=f"auto{self.published + 1}",
+                    need_terms=not request.top_k,
+                )
             except ValidationError as exc:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             self.published += 1
             proto = to_proto_message(msg, time=1000.0 + self.published)
-            hits = [s.id for s in self.subs.values() if subscription_matches(s, msg)]
+            if request.top_k:  # the oracle's k best top-k subscriptions
+                tk = [
+                    TopKSubscription(s.id, s.predicates, s.alpha, s.region)
+                    for s in self.subs.values()
+                    if s.topk
+                ]
+                hits = [sid for sid, _ in reference_topk(tk, as_event(msg), request.top_k)]
+            else:
+                hits = [
+                    s.id for s in self.subs.values() if not s.topk and subscription_matches(s, msg)
+                ]
             for sid in hits:
                 self.deliver(sid, ADD, proto)
         return pb.PublishResponse(id=msg.id, matched=len(hits))

@@ -49,10 +49,6 @@ def server():
     [
         (["subscribe", "--keywords", "a", "--rect", "0", "0", "1", "1"], "--id"),
         (
-            ["subscribe", "--id", "s", "--rect", "0", "0", "1", "1"],
-            "one of the arguments --keywords --expr",
-        ),
-        (
             [
                 "subscribe",
                 "--id",
@@ -437,6 +433,28 @@ def test_polygons_predicates_and_attributes_from_the_command_line(capsys, server
     ):
         code, out, _ = run(capsys, "publish", "--keywords", *kws, "--point", *point, *common)
         assert (code, out.split(": ")[1]) == (0, f"{matched} matched\n"), kws
+    # top-k (paper 001): two subscriptions at points, a publish to the best one
+    for sid, lon, w in (("t1", "0", "3"), ("t2", "50", "1")):
+        pred = json.dumps({"attr": "price", "op": "<=", "value": 5, "weight": float(w)})
+        argv = ["subscribe", "--id", sid, "--point", lon, "0", "--predicate", pred]
+        argv += ["--predicate", "category=food", "--alpha", "0.3"]
+        code, out, _ = run(capsys, *argv, *common)
+        assert (code, out) == (0, f"subscribed {sid}\n")
+    t1 = fake.subs["t1"]
+    assert t1.topk and t1.alpha == 0.3 and [p.weight for p in t1.predicates] == [0.75, 0.25]
+    argv = ["publish", "--point", "49", "0", "--attr", "category=food", "--top-k", "1"]
+    code, out, _ = run(capsys, *argv, "--id", "e1", *common)
+    assert (code, out) == (0, "published e1: 1 matched\n")
+    assert [d.message.id for d in fake.logs["t2"]] == ["e1"] and not fake.logs.get("t1")
+    code, _, err = run(capsys, "publish", "--point", "0", "0", "--top-k", "1001", *common)
+    assert code == 2 and "top_k=1001" in err, err
+
+
+def test_a_subscription_without_a_condition_is_refused_naming_the_flags(capsys, tmp_path):
+    """(Not argparse's: a top-k subscription, ``--point``, has no keywords.)"""
+    argv = ["subscribe", "--id", "s", "--rect", "0", "0", "1", "1", "--data-dir", str(tmp_path)]
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and "give exactly one of 'keywords' and 'expr'" in err, err
 
 
 def test_unreachable_coordinator_exits_1_with_a_hint(capsys, tmp_path):

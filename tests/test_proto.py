@@ -101,7 +101,12 @@ def test_fields_keep_the_names_and_numbers_of_the_issue(message):
 def test_oneofs_kinds_and_repeated_fields():
     sub = pb.DESCRIPTOR.message_types_by_name["Subscription"]
     msg = pb.DESCRIPTOR.message_types_by_name["Message"]
-    assert [f.name for f in sub.oneofs_by_name["region"].fields] == ["rect", "circle", "polygon"]
+    assert [f.name for f in sub.oneofs_by_name["region"].fields] == [
+        "rect",
+        "circle",
+        "polygon",
+        "point",
+    ]
     assert [f.name for f in msg.oneofs_by_name["location"].fields] == ["point", "rect"]
     assert pb.Delivery.Kind.items() == [("ADD", 0), ("REMOVE", 1), ("GAP", 2)]
     repeated = {

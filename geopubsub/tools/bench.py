@@ -53,7 +53,7 @@ from shard.model import Message, Subscription
 from shard.naive_moving import DEFAULT_CELL_DEG, NaiveMoving
 from shard.residual import StaticChecker
 from shard.rivals.base import RivalIndex
-from shard.workload import read_messages, read_subscriptions
+from shard.workload import read_messages, read_subscriptions, without_topk
 
 MATCH_BATCH = 1024
 """Messages per ``match_batch`` call in the benchmark, like the shard's micro-batches."""
@@ -229,9 +229,8 @@ def _progress(items: Iterator, args, what: str, every: int = 250_000) -> Iterato
 def _read_subs(args, errors: list[str]) -> Iterator[Subscription]:
     if not args.subs.exists():
         raise ValidationError("--subs", str(args.subs), "no such file")
-    return _progress(
-        read_subscriptions(args.subs, strict=args.strict, errors=errors), args, "subscriptions read"
-    )
+    subs = read_subscriptions(args.subs, strict=args.strict, errors=errors)
+    return _progress(without_topk(subs, errors, args.strict), args, "subscriptions read")
 
 
 def _read_msgs(args, errors: list[str], limit: int = 0) -> list[Message]:

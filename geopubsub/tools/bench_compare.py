@@ -57,7 +57,7 @@ from shard.errors import ValidationError
 from shard.indexes import INDEX_NAMES, RIVAL_NAMES, index_class
 from shard.model import Message, Point, Rect, Subscription
 from shard.residual import StaticChecker
-from shard.workload import read_messages, read_subscriptions
+from shard.workload import read_messages, read_subscriptions, without_topk
 
 MATCH_BATCH = 1024
 CHOICE_CHUNK = 64
@@ -425,7 +425,7 @@ def run(args) -> int:
         if not path.exists():
             raise ValidationError(label, str(path), "no such file")
     warm_up()
-    subs = list(read_subscriptions(args.subs))
+    subs = list(without_topk(read_subscriptions(args.subs), [], strict=True))
     msgs = list(read_messages(args.msgs))
     if args.sample:
         msgs = msgs[: args.sample]

@@ -446,7 +446,7 @@ def run(args) -> int:
             if args.target:
                 endpoint = client_access(args, args.target)
             else:
-                cluster = _start(args)
+                cluster = start_cluster(args.data_dir, args.shards)
                 endpoint = Endpoint(cluster.target)
             report["target"] = endpoint.target
             if not args.no_register and args.register == "load":
@@ -513,13 +513,15 @@ def settle(redis_url: str, timeout_s: float = 120.0) -> None:
         r.close()
 
 
-def _start(args):
-    data_dir = Path(args.data_dir)
+def start_cluster(data_dir: Path | str, shards: int):
+    """An empty local cluster in ``data_dir`` (one left there is stopped, its Redis data
+    removed): ``deploy.local.start``'s handle."""
+    data_dir = Path(data_dir)
     if local.read_manifest(data_dir) is not None:
         local.down(data_dir, out=io.StringIO())
     shutil.rmtree(redis_dir(data_dir), ignore_errors=True)
     settings = Settings.load(
-        env=os.environ, flags={"data_dir": str(data_dir), "port": 0, "shards": args.shards}
+        env=os.environ, flags={"data_dir": str(data_dir), "port": 0, "shards": shards}
     )
     _log(f"starting an empty cluster ({settings.shards} shards) in {data_dir} ...")
     cluster = local.start(settings)

@@ -13,6 +13,10 @@ from shard.errors import GeoPubSubError
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "gen": ("geopubsub.tools.gen", "write a synthetic workload (subs.jsonl, msgs.jsonl)"),
+    "gen-topk": (
+        "geopubsub.tools.gen_topk",
+        "write a top-k workload (paper 001's BE-Gen settings): subs.jsonl, events.jsonl",
+    ),
     "bench": ("geopubsub.tools.bench", "benchmarks (see docs/BENCHMARKS.md)"),
     "up": ("geopubsub.tools.cluster_cli", "start the local cluster (Redis, Ray, coordinator)"),
     "down": ("geopubsub.tools.cluster_cli", "stop the local cluster"),

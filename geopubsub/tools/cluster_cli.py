@@ -159,7 +159,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     s = sub.add_parser("subscribe", parents=[remote], help="create or replace a subscription")
     s.add_argument("--id", required=True)
-    cond = s.add_mutually_exclusive_group(required=True)
+    cond = s.add_mutually_exclusive_group()  # (a top-k subscription, --point, has none)
     cond.add_argument("--keywords", nargs="+", metavar="KEYWORD", help="all of these keywords")
     cond.add_argument("--expr", help="a keyword expression: 'ipad AND (sale OR discount)'")
     region = s.add_mutually_exclusive_group(required=True)
@@ -171,6 +171,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--polygon",
         metavar="JSON",
         help="rings as JSON, the exterior first, each closed: '[[[0,0],[2,0],[0,2],[0,0]]]'",
+    )
+    region.add_argument(
+        "--point",
+        nargs=2,
+        type=float,
+        metavar=("LON", "LAT"),
+        help="a top-k subscription (paper 001) at this point: no keywords, --predicate with "
+        'weights as JSON (\'{"attr": "price", "op": "<=", "value": 5, '
+        '"weight": 2}\'), --alpha; reached by publish --top-k',
     )
     s.add_argument(
         "--predicate",
@@ -186,7 +195,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="ranked: deliver when alpha*spatial + (1-alpha)*textual similarity >= this "
         "(the keywords are scored, not all required; docs/LIMITS.md)",
     )
-    s.add_argument("--alpha", type=float, help="ranked: the weight of spatial similarity (0.5)")
+    s.add_argument(
+        "--alpha", type=float, help="ranked or top-k: the weight of spatial similarity (0.5)"
+    )
     s.add_argument(
         "--weight",
         action="append",
@@ -218,6 +229,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--ttl", type=float, default=0.0, help="seconds the message stays live (0: one-shot)"
     )
     p.add_argument("--id", default="", help="message id (default: assigned by the server)")
+    p.add_argument(
+        "--top-k",
+        type=int,
+        default=0,
+        metavar="K",
+        help="deliver to the K top-k subscriptions (subscribe --point) scoring it highest, "
+        "instead of every match (a --point message, no --ttl; keywords optional)",
+    )
     p.add_argument(
         "--attr",
         action="append",
@@ -431,6 +450,7 @@ def run_subscribe(args: argparse.Namespace) -> int:
             rect=args.rect,
             circle=args.circle,
             polygon=_json_arg("--polygon", args.polygon) if args.polygon else None,
+            point=args.point,
             predicates=[parse_predicate(t) for t in args.predicate] or None,
             threshold=args.threshold,
             alpha=args.alpha,
@@ -467,6 +487,7 @@ def run_publish(args: argparse.Namespace) -> int:
             ttl_s=args.ttl,
             id=args.id,
             attributes=dict(parse_attribute(t) for t in args.attr),
+            top_k=args.top_k,
         )
     print(f"published {result.id}: {result.matched} matched")
     return 0

@@ -228,24 +228,34 @@ def generate_topk(
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m geopubsub.tools.gen_topk OUT_DIR --subs N --events N``."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("out_dir", type=Path)
+HELP = "write a top-k workload (paper 001's BE-Gen settings): subs.jsonl, events.jsonl"
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", type=Path, required=True, help="the directory to write into")
     p.add_argument("--subs", type=int, default=100_000)
     p.add_argument("--events", type=int, default=1_000)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--attrs", type=int, default=400)
-    p.add_argument("--cardinality", type=int, default=100)
-    p.add_argument("--sub-len", type=int, default=4)
-    p.add_argument("--event-len", type=int, default=10)
+    p.add_argument("--attrs", type=int, default=400, help="attributes in the workload")
+    p.add_argument("--cardinality", type=int, default=100, help="values per attribute")
+    p.add_argument("--sub-len", type=int, default=4, help="predicates per subscription")
+    p.add_argument("--event-len", type=int, default=10, help="attributes per event")
     p.add_argument("--dist", choices=("zipf", "uniform"), default="zipf")
     p.add_argument("--alpha", default="uniform", help="uniform or normal:MEAN")
-    a = p.parse_args(argv)
+
+
+def register(sub) -> None:
+    """Add ``gen-topk`` to the ``geopubsub`` commands."""
+    p = sub.add_parser("gen-topk", help=HELP)
+    _arguments(p)
+    p.set_defaults(func=run)
+
+
+def run(a: argparse.Namespace) -> int:
     info = generate_topk(
         a.subs,
         a.events,
-        a.out_dir,
+        a.out,
         a.seed,
         n_attrs=a.attrs,
         cardinality=a.cardinality,
@@ -256,6 +266,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(json.dumps(info))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m geopubsub.tools.gen_topk --out DIR --subs N --events N`` (``geopubsub
+    gen-topk``)."""
+    p = argparse.ArgumentParser(description=HELP)
+    _arguments(p)
+    return run(p.parse_args(argv))
 
 
 if __name__ == "__main__":

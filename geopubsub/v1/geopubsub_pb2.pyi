@@ -58,19 +58,21 @@ class AttributeValue(_message.Message):
     def __init__(self, number: _Optional[float] = ..., text: _Optional[str] = ...) -> None: ...
 
 class Predicate(_message.Message):
-    __slots__ = ("attr", "op", "value", "values")
+    __slots__ = ("attr", "op", "value", "values", "weight")
     ATTR_FIELD_NUMBER: _ClassVar[int]
     OP_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
     VALUES_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
     attr: str
     op: str
     value: AttributeValue
     values: _containers.RepeatedCompositeFieldContainer[AttributeValue]
-    def __init__(self, attr: _Optional[str] = ..., op: _Optional[str] = ..., value: _Optional[_Union[AttributeValue, _Mapping]] = ..., values: _Optional[_Iterable[_Union[AttributeValue, _Mapping]]] = ...) -> None: ...
+    weight: float
+    def __init__(self, attr: _Optional[str] = ..., op: _Optional[str] = ..., value: _Optional[_Union[AttributeValue, _Mapping]] = ..., values: _Optional[_Iterable[_Union[AttributeValue, _Mapping]]] = ..., weight: _Optional[float] = ...) -> None: ...
 
 class Subscription(_message.Message):
-    __slots__ = ("id", "keywords", "expr", "rect", "circle", "polygon", "moving", "ephemeral", "predicates", "threshold", "alpha", "weights")
+    __slots__ = ("id", "keywords", "expr", "rect", "circle", "polygon", "point", "moving", "ephemeral", "predicates", "threshold", "alpha", "weights")
     class WeightsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -84,6 +86,7 @@ class Subscription(_message.Message):
     RECT_FIELD_NUMBER: _ClassVar[int]
     CIRCLE_FIELD_NUMBER: _ClassVar[int]
     POLYGON_FIELD_NUMBER: _ClassVar[int]
+    POINT_FIELD_NUMBER: _ClassVar[int]
     MOVING_FIELD_NUMBER: _ClassVar[int]
     EPHEMERAL_FIELD_NUMBER: _ClassVar[int]
     PREDICATES_FIELD_NUMBER: _ClassVar[int]
@@ -96,13 +99,14 @@ class Subscription(_message.Message):
     rect: Rect
     circle: Circle
     polygon: Polygon
+    point: Point
     moving: bool
     ephemeral: bool
     predicates: _containers.RepeatedCompositeFieldContainer[Predicate]
     threshold: float
     alpha: float
     weights: _containers.ScalarMap[str, float]
-    def __init__(self, id: _Optional[str] = ..., keywords: _Optional[_Iterable[str]] = ..., expr: _Optional[str] = ..., rect: _Optional[_Union[Rect, _Mapping]] = ..., circle: _Optional[_Union[Circle, _Mapping]] = ..., polygon: _Optional[_Union[Polygon, _Mapping]] = ..., moving: bool = ..., ephemeral: bool = ..., predicates: _Optional[_Iterable[_Union[Predicate, _Mapping]]] = ..., threshold: _Optional[float] = ..., alpha: _Optional[float] = ..., weights: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., keywords: _Optional[_Iterable[str]] = ..., expr: _Optional[str] = ..., rect: _Optional[_Union[Rect, _Mapping]] = ..., circle: _Optional[_Union[Circle, _Mapping]] = ..., polygon: _Optional[_Union[Polygon, _Mapping]] = ..., point: _Optional[_Union[Point, _Mapping]] = ..., moving: bool = ..., ephemeral: bool = ..., predicates: _Optional[_Iterable[_Union[Predicate, _Mapping]]] = ..., threshold: _Optional[float] = ..., alpha: _Optional[float] = ..., weights: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class Message(_message.Message):
     __slots__ = ("id", "keywords", "text", "point", "rect", "ttl_s", "time", "attributes")
@@ -192,12 +196,14 @@ class GetSubscriptionRequest(_message.Message):
     def __init__(self, id: _Optional[str] = ...) -> None: ...
 
 class PublishRequest(_message.Message):
-    __slots__ = ("message", "messages")
+    __slots__ = ("message", "messages", "top_k")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
     message: Message
     messages: _containers.RepeatedCompositeFieldContainer[Message]
-    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
+    top_k: int
+    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., top_k: _Optional[int] = ...) -> None: ...
 
 class PublishResponse(_message.Message):
     __slots__ = ("id", "matched", "ids", "matches")

@@ -587,6 +587,8 @@ def recentre(region: Region, p: Point) -> Region:
     >>> recentre(Rect(0, 0, 2, 2), Point(179.5, 0))
     Rect(min_lon=178.0, min_lat=-1.0, max_lon=180.0, max_lat=1.0)
     """
+    if isinstance(region, Point):  # a top-k subscription's location
+        return p
     if isinstance(region, Circle):
         return Circle(p.lon, p.lat, region.radius_m)
     if isinstance(region, Polygon):

@@ -98,6 +98,9 @@ def subscription_json(s: pb.Subscription) -> dict[str, Any]:
         out["circle"] = [c.lon, c.lat, c.radius_m]
     elif s.HasField("polygon"):  # rings of [lon, lat], where it is now
         out["polygon"] = [[[p.lon, p.lat] for p in r.points] for r in s.polygon.rings]
+    elif s.HasField("point"):  # a top-k subscription
+        out["point"] = [s.point.lon, s.point.lat]
+        out["condition"] = f"top-k: {len(s.predicates)} weighted predicates, alpha {s.alpha:g}"
     if s.threshold:
         out["condition"] += f" (ranked: threshold {s.threshold:g})"
     return out
