@@ -17,7 +17,8 @@ from collections import Counter
 from geopubsub.convert import from_proto_message
 from geopubsub.v1 import geopubsub_pb2 as pb
 from shard.brute import ranked_score
-from shard.model import Subscription
+from shard.errors import ValidationError
+from shard.model import Point, Subscription
 from shard.ranking import idf_weight
 from shard.topk.hosted import as_event, as_topk
 from shard.topk.model import score as topk_score
@@ -66,11 +67,16 @@ def delivery_score(sub: Subscription | None, message: pb.Message) -> float | Non
     """ψ(s, m) for an ADD of ``message`` to ``sub`` if ``sub`` is ranked (``shard.ranking``)
     or a top-k subscription (paper 001's score, ``shard.topk.model.score``, the floats the
     shards ranked with), else None."""
-    if sub is None:
+    if sub is None or (sub.threshold is None and not sub.topk):
+        return None
+    try:  # (a delivery made before the subscription was replaced by another kind may not fit)
+        msg = from_proto_message(message, default_id=message.id or "m", need_terms=False)
+    except ValidationError:
         return None
     if sub.topk:
-        msg = from_proto_message(message, default_id=message.id or "m", need_terms=False)
+        if type(msg.location) is not Point:
+            return None
         return topk_score(as_topk(sub), as_event(msg))
-    if sub.threshold is None:
+    if not msg.terms:
         return None
-    return ranked_score(sub, from_proto_message(message, default_id=message.id or "m"))
+    return ranked_score(sub, msg)

@@ -51,6 +51,9 @@ MAX_ATTRIBUTES = 64
 """Attributes of one message or event. Paper 001's longest events have 14 (Table 4, L_e)."""
 
 WEIGHT_SUM_TOLERANCE = 1e-9
+MIN_WEIGHT_SHARE = 1e-9
+"""The smallest share of its subscription's weights a predicate's weight may have: below it,
+normalising would round it towards nothing (or to 0.0)."""
 """Weights whose sum is within this of 1 are kept as given (``predicates_from_list``)."""
 
 OPS = ("=", "!=", "<", "<=", ">", ">=", "in", "not in", "between")
@@ -222,7 +225,15 @@ def predicates_from_list(field: str, value: Any, *, weighted: bool) -> tuple[Pre
     if not math.isfinite(total):
         raise ValidationError(field, value, "the weights' sum must be finite")
     scale = abs(total - 1.0) > WEIGHT_SUM_TOLERANCE
-    return tuple(Predicate(a, o, v, (w / total) if scale else w) for a, o, v, w in raw)
+    out = tuple(Predicate(a, o, v, (w / total) if scale else w) for a, o, v, w in raw)
+    for i, p in enumerate(out):
+        if not p.weight >= MIN_WEIGHT_SHARE:
+            raise ValidationError(
+                f"{field}[{i}].weight",
+                raw[i][3],
+                f"below {MIN_WEIGHT_SHARE:g} of the weights' sum (it would count as nothing)",
+            )
+    return out
 
 
 def attributes_from_mapping(field: str, value: Any) -> tuple[tuple[str, Scalar], ...]:

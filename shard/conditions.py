@@ -255,7 +255,8 @@ class ConditionColumns:
         self, rows: np.ndarray, msg: np.ndarray, boxes: np.ndarray, batch: ConditionBatch
     ) -> np.ndarray:
         """Whether each pair (row ``rows[i]``, message ``msg[i]`` of ``batch``) holds, the
-        polygon where the pair's ``boxes[i]`` (the index's box of the subscription now) has it.
+        polygon where the pair's ``boxes[i]`` (the index's box of the subscription now) has it
+        (``boxes`` may stop after the last pair of a polygon row).
         Three compiled calls; O(clause terms · log message terms + vertices + predicates) a
         pair."""
         rows = np.ascontiguousarray(rows, np.int64)

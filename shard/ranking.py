@@ -138,12 +138,14 @@ def core_clauses(
     ((('b',),), True)
     >>> core_clauses(("a", "b"), (1.0, 3.0), 0.8, 0.5)   # outside: never
     ((('a', 'b'),), False)
+    >>> core_clauses(("a", "b"), (1.0, 1.0), 0.9, 0.1 + 5e-10)   # outside: all terms, at most
+    ((('a', 'b'),), True)
     """
     if not on_location(alpha, threshold):
         prefix = _prefix(terms, weights, (threshold - alpha) / (1.0 - alpha))
         return prefix, threshold <= 1.0 - alpha + PREFIX_SLACK
-    if threshold <= 1.0 - alpha + PREFIX_SLACK:
-        return _prefix(terms, weights, threshold / (1.0 - alpha)), True
+    if threshold <= 1.0 - alpha + PREFIX_SLACK:  # (a bound at 1 within the slack: all terms)
+        return (_prefix(terms, weights, threshold / (1.0 - alpha)) or (tuple(sorted(terms)),)), True
     return (tuple(sorted(terms)),), False
 
 

@@ -681,23 +681,23 @@ def check_candidates(
     f_slots = slots[flagged]
     rows = store.extra[f_slots].astype(np.int64) - 1
     n_core = f_owner.shape[0]
-    if s_owner.size and n_core:
-        width = int(max(rows.max(), s_rows.max())) + 1
-        fresh = ~np.isin(s_owner * width + s_rows, f_owner * width + rows)
-        s_owner, s_rows, s_slots = s_owner[fresh], s_rows[fresh], s_slots[fresh]
+    if s_owner.size and n_core:  # the index's pairs of side subscriptions (their prefix)
+        dup = np.flatnonzero(cond.theta[rows] <= cond.alpha[rows])
+        if dup.size:
+            width = int(max(rows.max(), s_rows.max())) + 1
+            fresh = ~np.isin(s_owner * width + s_rows, f_owner[dup] * width + rows[dup])
+            s_owner, s_rows, s_slots = s_owner[fresh], s_rows[fresh], s_slots[fresh]
     all_owner = np.concatenate([f_owner, s_owner])
-    qs = np.unique(all_owner)  # only the messages some of them reached are encoded
+    present = np.bincount(all_owner, minlength=n) > 0
+    qs = np.flatnonzero(present)  # only the messages some of them reached are encoded
+    at = np.cumsum(present) - 1  # a message's place among them
     picked = [messages[q] for q in qs.tolist()]
     if kind is None or geom is None:
         batch = cond.encode(picked)
     else:
         batch = cond.encode(picked, kind[qs], geom[qs])
-    ok = cond.check(
-        np.concatenate([rows, s_rows]),
-        np.searchsorted(qs, all_owner),
-        np.concatenate([store.bbox[f_slots], side.boxes(s_slots)]),
-        batch,
-    )
+    # (boxes: for the index's pairs only; a side pair's row is ranked, never a polygon)
+    ok = cond.check(np.concatenate([rows, s_rows]), at[all_owner], store.bbox[f_slots], batch)
     side_ok = np.flatnonzero(ok[n_core:])
     return flagged, ok[:n_core], s_owner[side_ok], s_rows[side_ok]
 
@@ -735,7 +735,8 @@ def _with_side(owner, slots, flagged, ok, s_owner, s_slots):
         return out_owner, out_slots
     out_owner = np.concatenate([out_owner, s_owner.astype(out_owner.dtype)])
     out_slots = np.concatenate([out_slots, s_slots.astype(out_slots.dtype)])
-    order = np.argsort(out_owner, kind="stable")
+    key = out_owner.astype(np.int16) if out_owner.max() < 2**15 else out_owner  # (radix sort)
+    order = np.argsort(key, kind="stable")
     return out_owner[order], out_slots[order]
 
 

@@ -343,10 +343,11 @@ class ShardState:
         moves = list(moves)
         self._validate_moves(moves, now)
         topk = self.topk
-        if len(topk) and any(sid in topk for sid, _ in moves):
-            self.topk.move([(sid, p) for sid, p in moves if sid in topk])
-            moves = [(sid, p) for sid, p in moves if sid not in topk]
-        return self.tree.move_batch(moves, now)
+        if not len(topk) or not any(sid in topk for sid, _ in moves):
+            return self.tree.move_batch(moves, now)
+        updates = self.tree.move_batch([(sid, p) for sid, p in moves if sid not in topk], now)
+        topk.move([(sid, p) for sid, p in moves if sid in topk])  # (cannot fail: validated)
+        return updates
 
     def topk_batch(
         self, messages: Sequence[Message], ks: Sequence[int], now: float

@@ -192,6 +192,8 @@ def _decode_op(i: int, w: Any) -> tuple:
             raise ValidationError(f"ops[{i}].point", w[2], "must be [lon, lat]")
         attrs = attributes_from_mapping(f"ops[{i}].attributes", w[3])
         terms = _strings(w[5], f"ops[{i}].terms")
+        if not all(terms):
+            raise ValidationError(f"ops[{i}].terms", terms, "a term may not be empty")
         return ("topk", Message(w[1], terms, Point(*w[2]), None, attributes=attrs), w[4])
     if code == "S" and n in (8, 9):
         if not isinstance(w[2], tuple):
@@ -216,6 +218,8 @@ def _topk_sub(i: int, w: tuple) -> Subscription:
     r, x = w[3], w[8]
     if len(r) != 3 or not isinstance(x, dict) or set(x) != {"topk"} or len(x["topk"]) != 2:
         raise ValidationError(f"ops[{i}]", w, "a top-k subscription is [3, lon, lat] + {topk}")
+    if w[2] != () or w[5] is not None or w[6] is not None:
+        raise ValidationError(f"ops[{i}]", w, "a top-k subscription has no clauses nor keywords")
     raw, alpha = x["topk"]
     preds = predicates_from_list(f"ops[{i}].predicates", list(raw), weighted=True)
     return Subscription(

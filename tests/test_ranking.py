@@ -109,3 +109,18 @@ def test_a_ranked_subscription_filed_everywhere_counts_where_its_rectangle_is():
     s.move_batch([("r", Point(-55.0, 45.0))], 1.0)
     grid = s.density(world, world, 36, 18).reshape(18, 36)
     assert [a.tolist() for a in grid.nonzero()] == [[13], [12]]
+
+
+@pytest.mark.parametrize("alpha", [0.5, 0.9, 0.99])
+@pytest.mark.parametrize("eps", [0.0, 2e-10, 5e-10, 1e-9, 2e-9])
+def test_the_filing_is_never_empty_at_the_slack_and_a_shard_rebuilds(alpha, eps):
+    """θ just above 1 − α (inside the prefix's slack) with θ ≤ α: the filing keeps a clause
+    (found by a review: an empty one left a shard that could not be rebuilt)."""
+    theta = 1.0 - alpha + eps
+    clauses, _ = core_clauses(("x", "y"), (1.0, 1.0), alpha, theta)
+    assert clauses and all(clauses)
+    sub = Subscription("s", (("x", "y"),), Rect(0, 0, 1, 1), threshold=theta, alpha=alpha)
+    st = ShardState(0)
+    st.subscribe_batch([sub], 0.0)
+    st.check_invariants()
+    ShardState.restore(st.snapshot()).check_invariants()

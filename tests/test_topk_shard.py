@@ -12,7 +12,8 @@ import random
 import numpy as np
 import pytest
 
-from geopubsub.convert import from_proto_subscription, to_proto_subscription
+from coordinator.ranking import delivery_score
+from geopubsub.convert import from_proto_subscription, to_proto_message, to_proto_subscription
 from shard.errors import ValidationError
 from shard.model import Message, Point, Rect, Subscription, TopKAnswer, subscription_from_dict
 from shard.ops import apply_ops
@@ -161,3 +162,28 @@ def test_a_shard_refuses_bad_top_k_operations_unchanged():
     with pytest.raises(ValidationError, match="ops"):
         loads_ops(dumps_ops([("sub", t, 1)])[:-3])
     assert state.topk_batch([Message("e", (), Point(0, 0))], [5], 1.0)[0].tags.tolist() == [1]
+
+
+def test_a_weight_that_normalises_to_nothing_is_refused_before_any_shard():
+    """(Found by a review: weights [1e-300, 1e300] normalised the first to 0.0, which the shard
+    refused, failing its whole round.)"""
+    preds = [
+        {"attr": "a", "op": "=", "value": 1, "weight": 1e-300},
+        {"attr": "b", "op": "=", "value": 1, "weight": 1e300},
+    ]
+    with pytest.raises(ValidationError) as e:
+        subscription_from_dict({"id": "t", "point": [0, 0], "predicates": preds})
+    assert e.value.field == "predicates[0].weight", str(e.value)
+
+
+def test_a_delivery_is_scored_only_where_it_fits_the_subscription_now():
+    """A delivery made before its subscription was replaced by another kind (replayed from the
+    log) is not scored with the new one: no score rather than an error."""
+    t = subscription_from_dict(
+        {"id": "t", "point": [0, 0], "predicates": [{"attr": "a", "op": "=", "value": 1}]}
+    )
+    r = Subscription("t", (("x",),), Rect(0, 0, 1, 1), threshold=0.5, alpha=0.2)
+    area = to_proto_message(Message("m", ("x",), Rect(0, 0, 1, 1)))
+    bare = to_proto_message(Message("n", (), Point(0, 0), attributes=(("a", 1.0),)))
+    assert delivery_score(t, area) is None and delivery_score(r, bare) is None
+    assert delivery_score(t, bare) == 1.0
