@@ -84,6 +84,12 @@ def register(kinds: argparse._SubParsersAction) -> None:
         "published with top_k through gRPC (geopubsub/tools/bench_topk_cluster.py)",
     )
     p.add_argument("--shards", type=int, default=2, help="--cluster: shards")
+    p.add_argument(
+        "--register",
+        choices=("load", "subscribe"),
+        default="load",
+        help="--cluster: the Spark bulk loader (default) or Subscribe calls",
+    )
     p.add_argument("--serial", type=int, default=200, help="--cluster: unary calls timed")
     p.add_argument("--batch", type=int, default=100, help="--cluster: events a stream request")
     p.add_argument("--data-dir", type=Path, default=Path(".geopubsub/bench-topk"))

@@ -60,6 +60,9 @@ Where the paper is ambiguous
   not offered (interning order is not lexicographic).
 * **Subscription length.** At least one predicate (Σω = 1 needs one); at most
   ``MAX_PREDICATES``.
+* **Text.** The paper's events have attributes only. In the cluster a top-k publish's message
+  terms count as attributes ``#<term>`` = 1 (``shard.topk.hosted.as_event``), so keywords are
+  scored by predicates on those names.
 """
 
 from __future__ import annotations
