@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shard.model import Circle, Message, Point, Rect, Subscription
+from shard.model import Circle, Message, Point, Rect, Subscription, subscription_from_dict
 from shard.ops import apply_ops
 from shard.state import ShardState
 
@@ -55,4 +55,16 @@ def warm_up_shard(options: dict[str, Any] | None = None) -> None:
     apply_ops(state, [], 10.0)
     if hasattr(state.tree, "purge"):  # the AP+-Tree's lazy deletion
         state.tree.purge()
+    # top-k subscriptions (paper 001): the R^I-tree's bulk build, insert, move and search
+    preds = [{"attr": "p", "op": "<=", "value": 5}, {"attr": "c", "op": "in", "value": ["x"]}]
+    top = [
+        subscription_from_dict(
+            {"id": f"t{i}", "point": [i % 10, 0], "predicates": preds, "moving": True}
+        )
+        for i in range(40)
+    ]
+    apply_ops(state, [("sub", s, i) for i, s in enumerate(top)], 11.0)
+    apply_ops(state, [("sub", top[0], 0), ("move", "t1", Point(3, 3))], 12.0)
+    event = Message("e", ("a",), Point(1, 0), attributes=(("c", "x"), ("p", 3.0)))
+    apply_ops(state, [("topk", event, 5)], 13.0)
     state.stats()
