@@ -173,7 +173,7 @@ def test_gen_topk_and_bench_topk_through_a_local_cluster(tmp_path):
     argv = [*cli, "bench", "topk", "--subs", str(tmp_path / "subs.jsonl"), "--msgs"]
     argv += [str(tmp_path / "events.jsonl"), "--k", "5", "--cluster", "--serial", "20"]
     argv += ["--batch", "16", "--data-dir", str(tmp_path / "cluster"), "--json"]
-    argv += ["--register", "subscribe"]
+    argv += ["--register", "grpc"]
     proc = subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     r = json.loads(proc.stdout.strip().splitlines()[-1])

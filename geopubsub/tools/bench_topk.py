@@ -86,9 +86,9 @@ def register(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--shards", type=int, default=2, help="--cluster: shards")
     p.add_argument(
         "--register",
-        choices=("load", "subscribe"),
+        choices=("load", "grpc"),
         default="load",
-        help="--cluster: the Spark bulk loader (default) or Subscribe calls",
+        help="--cluster: load: the Spark bulk loader, then Reload (default); grpc: Subscribe calls",
     )
     p.add_argument("--serial", type=int, default=200, help="--cluster: unary calls timed")
     p.add_argument("--batch", type=int, default=100, help="--cluster: events a stream request")

@@ -3,7 +3,7 @@ cluster: ``coordinator.topk``).
 
 Starts an empty local cluster (``--shards``, Redis, Ray, the coordinator), registers the top-k
 subscriptions of ``--subs`` (``--register load``: the Spark bulk loader, then Reload, the
-default; ``subscribe``: Subscribe calls, many in flight -- a top-k subscription inserted live
+default; ``grpc``: Subscribe calls, many in flight -- a top-k subscription inserted live
 costs its shard 0.4-1 ms, ``shard.topk.hosted``), then measures
 
 * **latency**: unary ``Publish`` calls with ``top_k`` = ``--k``, one at a time, on the first
