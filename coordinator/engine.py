@@ -2,7 +2,8 @@
 shards' updates into exact per-subscription deliveries.
 
 A *round* takes the operations waiting (at most ``batch_max`` per shard, or whatever arrived
-within ``batch_delay_ms`` of the first), reads the clock once (``now``) and sends every shard one
+within ``batch_delay_ms`` of the first; at most ``coordinator.topk.TOPK_PER_ROUND`` top-k
+publishes), reads the clock once (``now``) and sends every shard one
 ``apply(ops, now)`` call with its share, in arrival order. Each shard first advances to ``now``
 (expirations) and then applies its ops, returning the updates of each. Rounds are finished
 (merged, handed to ``on_round``) in the order they were sent. While a round is at the shards
@@ -138,6 +139,9 @@ class Engine:
         """Stored messages among ``pending``: ``live`` has them only once their round is sent."""
         self._first_at = 0.0
         """Event-loop time at which the oldest waiting operation arrived."""
+        self._topk_seen = False
+        """Whether a top-k publish was ever queued: from then on a round is cut after
+        ``coordinator.topk.TOPK_PER_ROUND`` of them (``topk.round_cut``)."""
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._last_now = -float("inf")
@@ -267,6 +271,7 @@ class Engine:
                 fut.set_result(before or 0)
             elif top_k:
                 ops.append(Op("topk", m, fut, p, k=top_k))
+                self._topk_seen = True
             else:
                 ops.append(Op("pub", m, fut, p))
         self._stored_waiting += stored
@@ -455,7 +460,9 @@ class Engine:
                     wait = self._first_at + self.batch_delay - loop.time()
                     if wait > 0:
                         await asyncio.sleep(wait)
-                ops = self.pending[: self.batch_max * max(1, len(self.shards))]
+                cap = self.batch_max * max(1, len(self.shards))
+                n = topk.round_cut(self.pending, cap) if self._topk_seen else cap
+                ops = self.pending[:n]
                 del self.pending[: len(ops)]
                 inflight.append(self._send(ops))
         finally:

@@ -13,6 +13,12 @@ trip every publish makes anyway, so one exchange it is.
 A top-k publish needs every shard: while one is down its answer is missing and the publish
 fails with UNAVAILABLE (nothing is delivered, nothing stored: a retry is safe).
 
+Each top-k publish is a search of its own at every shard (1-20 ms at 100K-500K top-k
+subscriptions a shard, measured), against microseconds for a plain one, so a round takes at most
+``TOPK_PER_ROUND`` of them (``round_cut``): a full round of top-k publishes (the 1,024 of a
+2-shard cluster) had each shard search for ~20 s, past the shard call limit, and the
+coordinator took both shards for dead.
+
 >>> from shard.model import TopKAnswer
 >>> import numpy as np
 >>> ids = ["a", "b", "c", "d"]
@@ -29,6 +35,32 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from shard.model import TopKAnswer
+
+
+TOPK_PER_ROUND = 16
+"""Top-k publishes in one round at most: 16 searches of 20 ms keep a shard's call at ~0.3 s,
+far below its limit (``deadline_s`` x ``coordinator.shards.SHARD_CALL_SHARE``) also with
+``ROUNDS_IN_FLIGHT`` rounds queued at it; more a round would not answer them sooner (each is
+searched on its own)."""
+
+
+def round_cut(pending: Sequence, cap: int, per_round: int = TOPK_PER_ROUND) -> int:
+    """How many of the waiting operations ``pending`` the next round takes: ``cap`` (or all),
+    cut before the top-k publish (``op.kind == "topk"``) one past ``per_round``. O(cap).
+
+    >>> from types import SimpleNamespace as Op
+    >>> ops = [Op(kind=k) for k in ["pub", "topk", "topk", "pub", "topk"]]
+    >>> round_cut(ops, 10, per_round=2), round_cut(ops, 3, per_round=2), round_cut(ops, 10)
+    (4, 3, 5)
+    """
+    n = min(cap, len(pending))
+    seen = 0
+    for i in range(n):
+        if pending[i].kind == "topk":
+            seen += 1
+            if seen > per_round:
+                return i
+    return n
 
 
 def route(op, send: Callable[[int, tuple], None], n_shards: int) -> None:

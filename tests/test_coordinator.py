@@ -17,6 +17,7 @@ from coordinator.metadata import Metadata
 from coordinator.server import create_server, stop_server
 from coordinator.settings import Settings
 from coordinator.shards import LocalShard
+from coordinator.topk import TOPK_PER_ROUND
 from deploy.redis_local import RedisServer
 from geopubsub.client import GeoPubSubClient
 from geopubsub.convert import to_proto_subscription
@@ -120,6 +121,36 @@ def test_a_light_load_gathers_into_few_rounds_and_a_heavy_one_keeps_shards_busy(
         await asyncio.gather(*futs)
         assert max(sh.most_busy for sh in shards) == ROUNDS_IN_FLIGHT
         assert max(max(sh.sizes) for sh in shards) <= 16  # batch_max per shard
+        await eng.stop()
+
+    asyncio.run(main())
+
+
+def test_a_burst_of_top_k_publishes_is_spread_over_rounds_of_a_few():
+    """Each top-k publish is a search at every shard: a round carries at most TOPK_PER_ROUND of
+    them (a full round of 1,024 had 1M-subscription shards search past their call limit), the
+    plain publishes beside them go as before, and every one is answered."""
+
+    async def main():
+        shards = [CountingShard(k, 0.001) for k in range(2)]
+        topk_per_round: list[int] = []
+        for sh in shards:
+            plain_apply = sh.apply
+
+            async def apply(ops, now, plain_apply=plain_apply):
+                topk_per_round.append(sum(op[0] == "topk" for op in ops))
+                return await plain_apply(ops, now)
+
+            sh.apply = apply
+        eng = _engine(shards, batch_max=512)
+        eng.start()
+        point = [Message(f"k{i}", (), Point(-10.0 + (i % 2) * 20.0, 0.0)) for i in range(100)]
+        futs = eng.publish_many(point, [b""] * 100, ["m"] * 100, top_k=3)
+        futs += eng.publish_many(_messages(300, "p"), [b""] * 300, ["m"] * 300)
+        await asyncio.gather(*futs)
+        assert max(topk_per_round) == TOPK_PER_ROUND, topk_per_round
+        assert sum(topk_per_round) == 2 * 100  # every top-k publish at both shards, once
+        assert max(max(sh.sizes) for sh in shards) > TOPK_PER_ROUND  # plain ones still batch
         await eng.stop()
 
     asyncio.run(main())
