@@ -19,8 +19,9 @@ The paper's per-attribute *dynamic interval trees* (Kaplan et al., stabbing-max 
 are replaced by this columnar equivalent: a stabbing-max query of key ``a`` at ``v`` binary
 searches the node's key-sorted rows for ``a`` and scans that key's rows (at most one per child
 or predicate) for the largest ω with lo ≤ v ≤ hi. The answer is the same maximum, so the bound
-UB_t of Eq. 5 is the paper's, at O(log |F| + rows of a) per attribute; a node's forest is
-rewritten as a whole when it changes (O(|F| log |F|)) instead of updated in O(log n).
+UB_t of Eq. 5 is the paper's, at O(log |F| + rows of a) per attribute; a row is updated in
+place in O(log |F| + rows of its key), and a row added or removed rewrites the node's forest
+(O(|F|), a merge) instead of O(log n) (see insert and delete below).
 
 Search (Sect. 5.2, Algorithm 1) is one compiled kernel per batch: a max-priority queue of
 nodes keyed by UB (Eq. 8), seeded with the root; a popped leaf has its subscriptions scored
@@ -35,15 +36,23 @@ search is exact; the forest is only consulted for children the search gets to.
 Insert and delete (the paper gives none; our design):
 
 * **insert**: Guttman's ChooseLeaf (least enlargement of the MBR, then least widening of the
-  α range, then least area, then first child); the point joins the leaf; an overflowing node
-  (``fanout + 1`` entries) is split in half along x, y or α, whichever cut leaves the least
-  normalised area plus α-range width (a root split grows a new root); then every node from the changed one up is re-summarised (MBR,
-  α range, forest, Γ), stopping at the first node whose summary did not change (its ancestors
-  depend on nothing else);
+  α range, then least area, then first child; compiled, ``choose_leaf``); the point joins the
+  leaf; an overflowing node (``fanout + 1`` entries) is split in half along x, y or α, whichever
+  cut leaves the least normalised area plus α-range width (a root split grows a new root);
 * **delete**: the slot leaves its leaf; a node left empty is unlinked from its parent (upwards);
-  the path is re-summarised as for insert (summaries shrink back exactly); a root left with one
-  child is replaced by it. Underfull nodes are kept (no condense-and-reinsert): they only cost
-  pruning power, never correctness, and ``build`` repacks.
+  a root left with one child is replaced by it. Underfull nodes are kept (no
+  condense-and-reinsert): they only cost pruning power, never correctness, and ``build``
+  repacks;
+* **the path re-summarised** (``patch_path``, compiled): a changed node's summaries are
+  *patched*, not recomputed. The leaf's forest gains or loses the subscription's rows; what
+  that changes in its Γ (keys gone, keys new, keys whose (lo, hi, ω) moved) is what changes in
+  its parent's forest, and so on up. Above the leaves a change is mostly a key's values moving:
+  the parent's row for it is found by binary search and overwritten in place, and only that
+  key's Γ entry recomputed -- O(changes x (log |F| + rows of the key)), where recomputing the
+  root's forest of ~16,000 rows took most of the 0.9 ms an insert used to cost. A node whose
+  MBR, α range and Γ did not change stops the walk (its ancestors depend on nothing else). A
+  leaf split is summarised whole (numpy), and its parent patched with the old leaf's Γ out and
+  the two halves' in; a split that cascades re-summarises its path whole.
 
 **Bulk load** (``build``) is its own path: Sort-Tile-Recursive packing of the points into full
 leaves, level by level, summaries computed for a whole level at once; the entries of a level are
@@ -104,6 +113,7 @@ about [0, 1] under the paper's default f_α = U(0, 1). Chosen on 100,000 generat
 
 _INF = np.inf
 _G_FIELDS = ("key", "lo", "hi", "w")
+_NO_ROWS = np.zeros((0, 4))
 
 
 @njit(cache=True, inline="always")
@@ -206,6 +216,249 @@ def ritree_kernel(tree, n_keys, e_off, e_key, e_val, e_x, e_y, k, max_dist, slac
         )
         out_off[q + 1] = nout
     return out_off, out_slot[:nout], out_score[:nout], n_scored
+
+
+@njit(cache=True)
+def choose_leaf(root, level, count, child, box, amin, amax, px, py, alpha):
+    """Guttman's ChooseLeaf for a point at (px, py) with ``alpha``: from the root, the child of
+    least MBR enlargement, then least widening of its α range, then least area, then the first.
+    O(height x fanout)."""
+    u = root
+    while level[u] > 0:
+        best = child[u, 0]
+        b_enl = b_wid = b_area = _INF
+        for i in range(count[u]):
+            c = child[u, i]
+            area = (box[c, 2] - box[c, 0]) * (box[c, 3] - box[c, 1])
+            enl = (max(box[c, 2], px) - min(box[c, 0], px)) * (
+                max(box[c, 3], py) - min(box[c, 1], py)
+            ) - area
+            wid = (max(amax[c], alpha) - min(amin[c], alpha)) - (amax[c] - amin[c])
+            if enl < b_enl or (enl == b_enl and (wid < b_wid or (wid == b_wid and area < b_area))):
+                best, b_enl, b_wid, b_area = c, enl, wid, area
+        u = best
+    return u
+
+
+@njit(cache=True)
+def _bounds_of(u, level, count, child, box, amin, amax, x, y, alpha):
+    """Set ``u``'s MBR and α range from its children; whether they changed. O(fanout)."""
+    x0 = y0 = a0 = _INF
+    x1 = y1 = a1 = -_INF
+    leaf = level[u] == 0
+    for i in range(count[u]):
+        c = child[u, i]
+        if leaf:
+            x0 = min(x0, x[c])
+            x1 = max(x1, x[c])
+            y0 = min(y0, y[c])
+            y1 = max(y1, y[c])
+            a0 = min(a0, alpha[c])
+            a1 = max(a1, alpha[c])
+        else:
+            x0 = min(x0, box[c, 0])
+            y0 = min(y0, box[c, 1])
+            x1 = max(x1, box[c, 2])
+            y1 = max(y1, box[c, 3])
+            a0 = min(a0, amin[c])
+            a1 = max(a1, amax[c])
+    changed = not (
+        box[u, 0] == x0 and box[u, 1] == y0 and box[u, 2] == x1 and box[u, 3] == y1
+        and amin[u] == a0 and amax[u] == a1
+    )  # fmt: skip
+    box[u, 0] = x0
+    box[u, 1] = y0
+    box[u, 2] = x1
+    box[u, 3] = y1
+    amin[u] = a0
+    amax[u] = a1
+    return changed
+
+
+@njit(cache=True, inline="always")
+def _first_of(keys, a, b, key):
+    """The first row in ``[a, b)`` of the key-sorted ``keys`` with a key >= ``key``."""
+    while a < b:
+        mid = (a + b) >> 1
+        if keys[mid] < key:
+            a = mid + 1
+        else:
+            b = mid
+    return a
+
+
+@njit(cache=True, inline="always")
+def _is_row(fk, flo, fhi, fw, i, r, row, at):
+    """Whether pool row ``i`` is the row ``r`` of ``row`` (columns from ``at``: lo, hi, ω)."""
+    return (
+        fk[i] == row[r, 0]
+        and flo[i] == row[r, at]
+        and fhi[i] == row[r, at + 1]
+        and (fw[i] == row[r, at + 2])
+    )
+
+
+@njit(cache=True)
+def _gamma_diff(gk, glo, ghi, gw, a0, a1, b0, b1):
+    """From the old Γ rows ``[a0, a1)`` to the new ``[b0, b1)`` (unique keys, sorted): the rows
+    gone (rem, n x 4: key, lo, hi, ω), the rows new (add) and the keys whose values changed
+    (rep, n x 7: key, old lo, hi, ω, new lo, hi, ω). O(|Γ|)."""
+    rem = np.empty((a1 - a0, 4))
+    add = np.empty((b1 - b0, 4))
+    rep = np.empty((min(a1 - a0, b1 - b0), 7))
+    nr = nd = ne = 0
+    i, j = a0, b0
+    while i < a1 or j < b1:
+        if j >= b1 or (i < a1 and gk[i] < gk[j]):
+            rem[nr, 0], rem[nr, 1], rem[nr, 2], rem[nr, 3] = gk[i], glo[i], ghi[i], gw[i]
+            nr += 1
+            i += 1
+        elif i >= a1 or gk[j] < gk[i]:
+            add[nd, 0], add[nd, 1], add[nd, 2], add[nd, 3] = gk[j], glo[j], ghi[j], gw[j]
+            nd += 1
+            j += 1
+        else:
+            if not (glo[i] == glo[j] and ghi[i] == ghi[j] and gw[i] == gw[j]):
+                rep[ne, 0] = gk[i]
+                rep[ne, 1], rep[ne, 2], rep[ne, 3] = glo[i], ghi[i], gw[i]
+                rep[ne, 4], rep[ne, 5], rep[ne, 6] = glo[j], ghi[j], gw[j]
+                ne += 1
+            i += 1
+            j += 1
+    return rem[:nr], add[:nd], rep[:ne]
+
+
+@njit(cache=True)
+def patch_path(
+    u, add, rem, nodes, cols, with_forest,
+    fk, flo, fhi, fw, f_used, gk, glo, ghi, gw, g_used,
+):  # fmt: skip
+    """Re-summarise ``u`` (non-empty) and its ancestors after ``u``'s entries changed by the
+    forest rows ``add`` in and ``rem`` out (n x 4: key, lo, hi, ω; each sorted by key).
+
+    Per node: its MBR and α range from its children; its forest patched; its Γ patched. What
+    changed in its Γ is what changes in its parent's forest: keys gone (rows out), keys new
+    (rows in), keys whose (lo, hi, ω) changed (one row replaced). A forest that only has rows
+    replaced is patched in place: the row found by binary search on its key, overwritten, and
+    the Γ of each such key recomputed from that key's rows -- O(changes x (log |F| + rows of
+    the key)), the common case above the leaves. Otherwise the forest is rewritten, merged by
+    key with what comes and goes, at the pool's end (O(|F|), which the caller made room for),
+    and Γ recomputed from it. Stops at the first node whose MBR, α range and Γ did not change
+    (its ancestors depend on nothing else).
+
+    Returns (f_used, g_used, dead forest rows, dead Γ rows, missing): a ``missing`` > 0 counts
+    rows to take out that the forest did not hold (a broken invariant)."""
+    level, count, child, parent, box, amin, amax, f_start, f_len, g_start, g_len = nodes
+    x, y, alpha = cols
+    dead_f = 0
+    dead_g = 0
+    rep = np.empty((0, 7))
+    while u != -1:
+        changed = _bounds_of(u, level, count, child, box, amin, amax, x, y, alpha)
+        na, nr, ne = add.shape[0], rem.shape[0], rep.shape[0]
+        if not with_forest or na + nr + ne == 0:
+            add, rem, rep = add[:0], rem[:0], rep[:0]
+        elif na + nr == 0:  # replacements only: in place
+            a = f_start[u]
+            b = a + f_len[u]
+            ga = g_start[u]
+            gb = ga + g_len[u]
+            out = np.empty((ne, 7))
+            no = 0
+            for t in range(ne):
+                key = rep[t, 0]
+                i = _first_of(fk, a, b, key)
+                while i < b and fk[i] == key and not _is_row(fk, flo, fhi, fw, i, t, rep, 1):
+                    i += 1
+                if i == b or fk[i] != key:
+                    return f_used, g_used, dead_f, dead_g, ne - t
+                flo[i], fhi[i], fw[i] = rep[t, 4], rep[t, 5], rep[t, 6]
+                i = _first_of(fk, a, b, key)
+                lo, hi, w = flo[i], fhi[i], fw[i]
+                i += 1
+                while i < b and fk[i] == key:
+                    lo = min(lo, flo[i])
+                    hi = max(hi, fhi[i])
+                    w = max(w, fw[i])
+                    i += 1
+                g = _first_of(gk, ga, gb, key)  # (the key is in Γ: its rows are in F)
+                if not (glo[g] == lo and ghi[g] == hi and gw[g] == w):
+                    out[no, 0] = key
+                    out[no, 1], out[no, 2], out[no, 3] = glo[g], ghi[g], gw[g]
+                    out[no, 4], out[no, 5], out[no, 6] = lo, hi, w
+                    no += 1
+                    glo[g], ghi[g], gw[g] = lo, hi, w
+            rep = out[:no]
+            changed = changed or no > 0
+        else:  # rows come or go: rewrite the forest, merged by key
+            a = f_start[u]
+            b = a + f_len[u]
+            gone = np.zeros(nr, np.bool_)
+            swapped = np.zeros(ne, np.bool_)
+            o = f_used
+            i = a
+            j = r = e = 0
+            while i < b or j < na:
+                if j < na and (i >= b or add[j, 0] <= fk[i]):
+                    fk[o], flo[o], fhi[o], fw[o] = add[j, 0], add[j, 1], add[j, 2], add[j, 3]
+                    o += 1
+                    j += 1
+                    continue
+                key = fk[i]
+                while r < nr and rem[r, 0] < key:
+                    r += 1
+                while e < ne and rep[e, 0] < key:
+                    e += 1
+                q = r
+                drop = False
+                while q < nr and rem[q, 0] == key:
+                    if not gone[q] and _is_row(fk, flo, fhi, fw, i, q, rem, 1):
+                        gone[q] = drop = True
+                        break
+                    q += 1
+                if not drop:
+                    fk[o], flo[o], fhi[o], fw[o] = fk[i], flo[i], fhi[i], fw[i]
+                    q = e
+                    while q < ne and rep[q, 0] == key:
+                        if not swapped[q] and _is_row(fk, flo, fhi, fw, i, q, rep, 1):
+                            swapped[q] = True
+                            flo[o], fhi[o], fw[o] = rep[q, 4], rep[q, 5], rep[q, 6]
+                            break
+                        q += 1
+                    o += 1
+                i += 1
+            missing = (nr - gone.sum()) + (ne - swapped.sum())
+            if missing > 0:
+                return f_used, g_used, dead_f, dead_g, missing
+            dead_f += f_len[u]
+            f_start[u] = f_used
+            f_len[u] = o - f_used
+            f_used = o
+            gout = g_used  # Γ of the new forest: per key (min lo, max hi, max ω)
+            t = f_start[u]
+            while t < f_used:
+                key = fk[t]
+                lo, hi, w = flo[t], fhi[t], fw[t]
+                t += 1
+                while t < f_used and fk[t] == key:
+                    lo = min(lo, flo[t])
+                    hi = max(hi, fhi[t])
+                    w = max(w, fw[t])
+                    t += 1
+                gk[gout], glo[gout], ghi[gout], gw[gout] = key, lo, hi, w
+                gout += 1
+            ga = g_start[u]
+            rem, add, rep = _gamma_diff(gk, glo, ghi, gw, ga, ga + g_len[u], g_used, gout)
+            if rem.shape[0] + add.shape[0] + rep.shape[0] > 0:  # else the old rows stay
+                dead_g += g_len[u]
+                g_start[u] = g_used
+                g_len[u] = gout - g_used
+                g_used = gout
+                changed = True
+        if not changed:
+            break
+        u = parent[u]
+    return f_used, g_used, dead_f, dead_g, 0
 
 
 def _grow(a: np.ndarray, need: int, fill=0) -> np.ndarray:
@@ -358,14 +611,16 @@ class SpatialTree:
             ("g", self.g_start, self.g_len),
         ):
             live = self.used[which] - self.dead[which]
-            if self.dead[which] <= max(4096, live):
+            if self.dead[which] <= max(4096, live // 2):  # (a compacted pool has room for 2x)
                 continue
             n = self.n_nodes
             ln = length[:n]
             idx = np.repeat(start[:n] - np.cumsum(ln) + ln, ln) + np.arange(ln.sum())
             pool = self.pool[which]
-            for f in _G_FIELDS:
-                pool[f] = pool[f][idx].copy()
+            for f in _G_FIELDS:  # with room to grow again (live inserts append)
+                fresh = np.empty(2 * len(idx) + 16, pool[f].dtype)
+                fresh[: len(idx)] = pool[f][idx]
+                pool[f] = fresh
             start[:n] = np.cumsum(ln) - ln
             self.used[which] = int(ln.sum())
             self.dead[which] = 0
@@ -507,22 +762,6 @@ class SpatialTree:
             level += 1
 
     # ---- insert / delete -----------------------------------------------------------------
-    def _choose_leaf(self, px: float, py: float, alpha: float) -> int:
-        u = self.root
-        while self.level[u] > 0:
-            ch = self.child[u, : self.count[u]]
-            b = self.box[ch]
-            area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
-            grown = (np.maximum(b[:, 2], px) - np.minimum(b[:, 0], px)) * (
-                np.maximum(b[:, 3], py) - np.minimum(b[:, 1], py)
-            )
-            a_grown = np.maximum(self.amax[ch], alpha) - np.minimum(self.amin[ch], alpha)
-            a_grown -= self.amax[ch] - self.amin[ch]
-            # least enlargement, then least widening of the α range, then least area
-            best = np.lexsort((area, a_grown, grown - area))[0]
-            u = int(ch[best])
-        return u
-
     def _split(self, u: int) -> int:
         """Move half of ``u``'s entries to a new sibling; returns it. The entries are sorted by
         x, by y and by α (centres) and cut in half; the cut with the least normalised sum of
@@ -561,13 +800,75 @@ class SpatialTree:
         self._summarize(np.array([sib]))
         return sib
 
+    def _sub_rows(self, slot: int) -> np.ndarray:
+        """A leaf's forest rows of ``slot`` (n x 4: key, lo, hi, ω x (1 − α)), by key."""
+        c = self.cols
+        rows = np.arange(c.pstart[slot], c.pstart[slot] + c.plen[slot])
+        rows = rows[np.argsort(c.p_key[rows], kind="stable")]
+        w = c.p_w[rows] * (1.0 - c.alpha[slot])  # as ``_summarize``
+        return np.stack([c.p_key[rows].astype(np.float64), c.p_lo[rows], c.p_hi[rows], w], 1)
+
+    def _gamma_rows(self, u: int) -> np.ndarray:
+        """A copy of ``u``'s Γ rows (n x 4: key, lo, hi, ω), by key."""
+        a, b = int(self.g_start[u]), int(self.g_start[u] + self.g_len[u])
+        gp = self.pool["g"]
+        return np.stack(
+            [gp["key"][a:b].astype(np.float64), gp["lo"][a:b], gp["hi"][a:b], gp["w"][a:b]], 1
+        )
+
+    def _patch_up(self, u: int, add: np.ndarray, rem: np.ndarray) -> None:
+        """``patch_path`` (compiled) from ``u``, whose entries gained the forest rows ``add``
+        and lost ``rem``, after making room in the pools for the worst case (every node on the
+        path rewritten, each gaining what the one below it gained)."""
+        need, extra = 0, len(add)
+        v = u
+        while v != -1:
+            extra += int(self.f_len[v])
+            need += extra
+            v = int(self.parent[v])
+        fp, gp = self.pool["f"], self.pool["g"]
+        if self.with_forest:
+            for pool, which in ((fp, "f"), (gp, "g")):
+                for f in _G_FIELDS:
+                    pool[f] = _grow(pool[f], self.used[which] + need)
+        nodes = (
+            self.level, self.count, self.child, self.parent, self.box, self.amin, self.amax,
+            self.f_start, self.f_len, self.g_start, self.g_len,
+        )  # fmt: skip
+        f_used, g_used, dead_f, dead_g, missing = patch_path(
+            u, add, rem, nodes, (self.cols.x, self.cols.y, self.cols.alpha),
+            self.with_forest,
+            fp["key"], fp["lo"], fp["hi"], fp["w"], self.used["f"],
+            gp["key"], gp["lo"], gp["hi"], gp["w"], self.used["g"],
+        )  # fmt: skip
+        assert missing == 0, f"node {u}: {missing} rows to remove not in its forest"
+        self.used["f"], self.used["g"] = int(f_used), int(g_used)
+        self.dead["f"] += int(dead_f)
+        self.dead["g"] += int(dead_g)
+        self._maybe_compact()
+
     def insert(self, slot: int) -> None:
-        """ChooseLeaf, add, split upwards on overflow, re-summarise the path.
-        O(height x fanout + forest rewrites on the path)."""
+        """ChooseLeaf, add; then the path re-summarised by ``patch_path`` (compiled) or, when
+        the leaf overflows, split upwards and re-summarised node by node.
+        O(height x (fanout + forest of the node)), a split O(its forests log)."""
         self.s_leaf = _grow(self.s_leaf, len(self.cols.ids), -1)
         c = self.cols
-        u = self._choose_leaf(float(c.x[slot]), float(c.y[slot]), float(c.alpha[slot]))
+        u = choose_leaf(
+            self.root, self.level, self.count, self.child, self.box, self.amin, self.amax,
+            float(c.x[slot]), float(c.y[slot]), float(c.alpha[slot]),
+        )  # fmt: skip
         self._add_child(u, slot)
+        if self.count[u] <= self.M:
+            self._patch_up(u, self._sub_rows(slot), _NO_ROWS)
+            return
+        p = int(self.parent[u])
+        if p != -1 and self.count[p] < self.M:  # one split, its parent has room
+            old = self._gamma_rows(u)  # (what the parent's forest holds of u)
+            sib = self._split(u)
+            self._add_child(p, sib)
+            both = np.concatenate([self._gamma_rows(u), self._gamma_rows(sib)])
+            self._patch_up(p, both[np.argsort(both[:, 0], kind="stable")], old)
+            return
         while self.count[u] > self.M:
             sib = self._split(u)
             p = int(self.parent[u])
@@ -580,19 +881,23 @@ class SpatialTree:
         self._resummarize_up(u)
 
     def delete(self, slot: int) -> None:
-        """Remove ``slot`` from its leaf, unlink emptied nodes, re-summarise the path, collapse
-        a root of one child. O(height x fanout + forest rewrites on the path)."""
+        """Remove ``slot`` from its leaf; the path re-summarised by ``patch_path`` (compiled)
+        or, when the leaf empties, emptied nodes unlinked upwards and the path re-summarised node
+        by node; a root of one child collapsed. O(height x (fanout + forest of the node))."""
         u = int(self.s_leaf[slot])
         self.s_leaf[slot] = -1
         self._remove_child(u, slot)
-        while self.count[u] == 0 and u != self.root:
-            p = int(self.parent[u])
-            self._remove_child(p, u)
-            self._free_node(u)
-            u = p
-        if self.count[u] == 0:  # the root emptied: an empty leaf
-            self.level[u] = 0
-        self._resummarize_up(u)
+        if self.count[u] > 0:
+            self._patch_up(u, _NO_ROWS, self._sub_rows(slot))
+        else:
+            while self.count[u] == 0 and u != self.root:
+                p = int(self.parent[u])
+                self._remove_child(p, u)
+                self._free_node(u)
+                u = p
+            if self.count[u] == 0:  # the root emptied: an empty leaf
+                self.level[u] = 0
+            self._resummarize_up(u)
         while self.level[self.root] > 0 and self.count[self.root] == 1:
             old = self.root
             self.root = int(self.child[old, 0])
