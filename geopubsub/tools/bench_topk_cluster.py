@@ -4,7 +4,7 @@ cluster: ``coordinator.topk``).
 Starts an empty local cluster (``--shards``, Redis, Ray, the coordinator), registers the top-k
 subscriptions of ``--subs`` (``--register load``: the Spark bulk loader, then Reload, the
 default; ``grpc``: Subscribe calls, many in flight -- a top-k subscription inserted live
-costs its shard 0.4-1 ms, ``shard.topk.hosted``), then measures
+costs its shard ~0.1-0.25 ms, ``shard.topk.hosted``), then measures
 
 * **latency**: unary ``Publish`` calls with ``top_k`` = ``--k``, one at a time, on the first
   ``--serial`` events: p50 / p99 ms a call (the round through every shard and the merge);

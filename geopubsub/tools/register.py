@@ -36,8 +36,9 @@ from shard.model import Subscription
 from shard.workload import read_subscriptions
 
 DEFAULT_IN_FLIGHT = 1024
-"""Subscribe calls in flight: two full rounds of the default ``batch_max`` (512 per shard, 2
-shards), so that one round fills while the other runs. More only lengthens the queue."""
+"""Subscriptions in flight: two full rounds of the default ``batch_max`` (512 per shard, 2
+shards), so that one round fills while the other runs. More only lengthens the queue (1,024
+calls of 500 each had 100,000 top-k subscriptions wait past the server's deadline_s)."""
 DEFAULT_BATCH = 1
 """Subscriptions per Subscribe call (``SubscribeRequest.subscriptions`` when > 1)."""
 RETRY_CODES = frozenset({grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.DEADLINE_EXCEEDED})
@@ -86,15 +87,16 @@ async def register_subscriptions(
     target: str,
     subs: Iterable[Subscription],
     *,
-    in_flight: int = DEFAULT_IN_FLIGHT,
+    in_flight: int | None = None,
     batch: int = 1,
     ephemeral: bool = False,
     on_progress: Callable[[RegisterReport], None] | None = None,
     tls: Tls | None = None,
     token: str | None = None,
 ) -> RegisterReport:
-    """Subscribe every subscription of ``subs`` at ``target`` with ``in_flight`` calls pending,
-    ``batch`` subscriptions a call (``SubscribeRequest.subscriptions`` when > 1; ``ephemeral``:
+    """Subscribe every subscription of ``subs`` at ``target`` with ``in_flight`` calls pending
+    (default: ``DEFAULT_IN_FLIGHT`` subscriptions' worth, at least 2 calls), ``batch``
+    subscriptions a call (``SubscribeRequest.subscriptions`` when > 1; ``ephemeral``:
     their deliveries skip the retention log); returns counts and the rate. RESOURCE_EXHAUSTED and
     DEADLINE_EXCEEDED are retried; INVALID_ARGUMENT is counted and skipped (a batch refused so is
     sent again one by one, to keep the others); any other failure is raised. ``on_progress`` is
@@ -102,6 +104,8 @@ async def register_subscriptions(
 
         asyncio.run(register_subscriptions("127.0.0.1:50051", read_subscriptions("subs.jsonl")))
     """
+    if in_flight is None:
+        in_flight = max(2, -(-DEFAULT_IN_FLIGHT // max(1, batch)))
     if in_flight < 1:
         raise ValidationError("in_flight", in_flight, "must be >= 1")
     if not 1 <= batch <= MAX_SUBSCRIBE_BATCH:
@@ -195,8 +199,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--in-flight",
         type=int,
-        default=DEFAULT_IN_FLIGHT,
-        help=f"Subscribe calls pending at once (default {DEFAULT_IN_FLIGHT})",
+        default=None,
+        help=f"Subscribe calls pending at once (default: {DEFAULT_IN_FLIGHT} subscriptions' worth,"
+        " at least 2 calls)",
     )
     p.add_argument(
         "--batch",
