@@ -36,7 +36,6 @@ import numpy as np
 
 from shard.model import TopKAnswer
 
-
 TOPK_PER_ROUND = 16
 """Top-k publishes in one round at most: 16 searches of 20 ms keep a shard's call at ~0.3 s,
 far below its limit (``deadline_s`` x ``coordinator.shards.SHARD_CALL_SHARE``) also with
