@@ -8,8 +8,8 @@ scores (``shard.topk.hosted``), and the coordinator merges those lists into the 
 merge is exact. The rule of every index decides ties: score descending, then subscription id.
 A bound-driven exchange (asking the shards again only for what can still beat the k-th) would
 send fewer scores back, but each shard's answer is at most k pairs of 12 bytes in the round
-trip every publish makes anyway: encoding, decoding and merging them took 15 µs at k = 5 and
-0.5 ms at k = 1,000 over 2 shards (docs/BENCHMARKS.md, "[2.8] The 1M failure ..."), against
+trip every publish makes anyway: encoding, decoding and merging them took 16 µs at k = 5 and
+0.23 ms at k = 1,000 over 2 shards (0.46 ms over 8) (docs/BENCHMARKS.md, "[2.8] The 1M failure ..."), against
 7-19 ms for a round trip, which a second exchange would add. So one exchange it is.
 
 A top-k publish needs every shard: while one is down its answer is missing and the publish
@@ -73,19 +73,30 @@ def route(op, send: Callable[[int, tuple], None], n_shards: int) -> None:
 def merge(parts: Sequence[TopKAnswer], k: int, ids: Sequence[str | None]) -> list[int]:
     """The tags (slots) of the global ``k`` best over the shards' answers, best first: score
     descending, then subscription id (``ids[tag]``); a subscription answered by two shards
-    counts once. O(shards · k log)."""
+    counts once. The pairs are ordered by score in numpy; only runs of equal scores are
+    ordered by id, and only until k are taken. O(shards · k log)."""
     if not parts:
         return []
-    tags = np.concatenate([p.tags for p in parts]).tolist()
-    scores = np.concatenate([p.scores for p in parts]).tolist()
-    best = sorted(zip(scores, tags, strict=True), key=lambda st: (-st[0], ids[st[1]] or ""))
+    scores = np.concatenate([p.scores for p in parts])
+    order = np.argsort(-scores, kind="stable")
+    ranked = scores[order].tolist()
+    tags = np.concatenate([p.tags for p in parts])[order].tolist()
     out: list[int] = []
     seen: set[int] = set()
-    for _, tag in best:
-        if tag in seen or ids[tag] is None:
-            continue
-        seen.add(tag)
-        out.append(tag)
-        if len(out) == k:
-            break
+    i, n = 0, len(tags)
+    while i < n and len(out) < k:
+        j = i + 1
+        while j < n and ranked[j] == ranked[i]:
+            j += 1
+        run = tags[i:j]
+        if j - i > 1:  # a tie: the smaller id first
+            run.sort(key=lambda t: ids[t] or "")
+        for tag in run:
+            if tag in seen or ids[tag] is None:
+                continue
+            seen.add(tag)
+            out.append(tag)
+            if len(out) == k:
+                break
+        i = j
     return out

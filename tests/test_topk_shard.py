@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from coordinator.ranking import delivery_score
+from coordinator.topk import merge
 from geopubsub.convert import from_proto_subscription, to_proto_message, to_proto_subscription
 from shard.errors import ValidationError
 from shard.model import Message, Point, Rect, Subscription, TopKAnswer, subscription_from_dict
@@ -187,3 +188,29 @@ def test_a_delivery_is_scored_only_where_it_fits_the_subscription_now():
     bare = to_proto_message(Message("n", (), Point(0, 0), attributes=(("a", 1.0),)))
     assert delivery_score(t, area) is None and delivery_score(r, bare) is None
     assert delivery_score(t, bare) == 1.0
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_merge_of_shard_answers_is_the_global_k_best(seed):
+    """``coordinator.topk.merge`` against the definition: the k best distinct live tags by
+    (score descending, id ascending), over answers with many ties, one tag answered by two
+    shards, and tags whose subscription is gone (id None)."""
+    rng = random.Random(seed)
+    ids: list[str | None] = [f"s{rng.randrange(10**6):06d}" for _ in range(60)]
+    for t in rng.sample(range(60), 5):
+        ids[t] = None
+    parts = []
+    for _ in range(rng.randint(1, 5)):
+        tags = rng.sample(range(60), rng.randint(0, 12))
+        scores = sorted(
+            (rng.choice([0.25, 0.5, 0.75, 1.0, rng.random()]) for _ in tags), reverse=True
+        )
+        parts.append(TopKAnswer(np.array(tags, np.int32), np.array(scores, np.float64)))
+    k = rng.randint(1, 20)
+    best: dict[int, float] = {}
+    for p in parts:
+        for t, s in zip(p.tags.tolist(), p.scores.tolist(), strict=True):
+            if ids[t] is not None:
+                best[t] = max(best.get(t, -1.0), s)
+    want = sorted(best, key=lambda t: (-best[t], ids[t]))[:k]
+    assert merge(parts, k, ids) == want
