@@ -19,8 +19,7 @@ from shard.errors import ValidationError
 from shard.model import Message, Point, Rect, Subscription, TopKAnswer, subscription_from_dict
 from shard.ops import apply_ops
 from shard.state import ShardState
-from shard.topk import hosted
-from shard.topk.hosted import TopKHold, as_event, as_topk
+from shard.topk.hosted import as_event
 from shard.topk.model import TopKSubscription
 from shard.topk.oracle import reference_topk
 from shard.wire import dumps_ops, dumps_result, loads_ops, loads_result
@@ -215,34 +214,3 @@ def test_the_merge_of_shard_answers_is_the_global_k_best(seed):
                 best[t] = max(best.get(t, -1.0), s)
     want = sorted(best, key=lambda t: (-best[t], ids[t]))[:k]
     assert merge(parts, k, ids) == want
-
-
-def test_a_hold_grown_by_inserts_is_rebuilt_in_bulk_at_every_doubling():
-    """A hold of top-k subscriptions inserted one by one is rebuilt in bulk each time it has
-    doubled since its last bulk build (up to REBUILD_WHOLE_MAX), and answers as the oracle
-    throughout; past the limit it only inserts."""
-    rng = random.Random(5)
-    hold = TopKHold()
-    subs = [random_topk(rng, f"t{i}") for i in range(200)]
-    hold.add(subs[:10], list(range(10)))
-    assert hold.rebuilds == 1 and hold.built_at == 10
-    events = [random_event(rng, f"e{i}") for i in range(20)]
-    for i in range(10, 200):
-        hold.add([subs[i]], [i])
-        if i + 1 in (20, 40, 80, 160):
-            assert hold.built_at == i + 1, (i, hold.built_at)
-        if i % 37 == 0:
-            hold.check_invariants()
-            held = [as_topk(s) for s in subs[: i + 1]]
-            for e, answer in zip(events, hold.topk_batch(events, [5] * 20), strict=True):
-                want = reference_topk(held, as_event(e), 5)
-                assert [subs[t].id for t in answer.tags.tolist()] == [sid for sid, _ in want]
-    assert hold.rebuilds == 5  # 10, 20, 40, 80, 160
-    limited = TopKHold()
-    limited.add(subs[:10], list(range(10)))
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(hosted, "REBUILD_WHOLE_MAX", 15)
-        for i in range(10, 40):
-            limited.add([subs[i]], [i])
-    assert limited.rebuilds == 1
-    limited.check_invariants()

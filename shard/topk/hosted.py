@@ -59,14 +59,6 @@ def as_event(msg: Message) -> TopKEvent:
     return TopKEvent(msg.id, tuple(sorted(attrs.items())), msg.location)
 
 
-REBUILD_WHOLE_MAX = 100_000
-"""A hold grown by live inserts to twice its size at its last bulk build is rebuilt in bulk
-(``TopKHold.add``) while it holds at most this many: ~15 µs a subscription, so the round that
-does it pauses its shard up to ~1.5 s. A tree grown by inserts has more, fuller-by-half nodes
-than a bulk-built one and is searched slower (1.2-1.4x in process; docs/BENCHMARKS.md, [2.8]);
-rebuilt at every doubling, its last bulk build covers at least half of it."""
-
-
 class TopKHold:
     """The top-k subscriptions of one shard, their tags, and where the moving ones are."""
 
@@ -75,10 +67,6 @@ class TopKHold:
         """Created with the first subscription (a shard without any pays nothing)."""
         self.subs: dict[str, Subscription] = {}
         self.tag: dict[str, int] = {}
-        self.built_at = 0
-        """Subscriptions held at the last bulk build."""
-        self.rebuilds = 0
-        """Bulk builds so far."""
 
     def __len__(self) -> int:
         return len(self.subs)
@@ -88,9 +76,8 @@ class TopKHold:
 
     def add(self, subs: Sequence[Subscription], tags: Sequence[int]) -> None:
         """File (or replace) top-k subscriptions with their tags. A batch of at least a
-        quarter of what the hold has (a first one, a bulk registration), or one that leaves it
-        twice its size at its last bulk build (up to ``REBUILD_WHOLE_MAX``), rebuilds the tree
-        with the bulk path (``RITree.build``, ~15 µs a subscription); a smaller one is inserted one
+        quarter of what the hold has (a first one, a bulk registration) rebuilds the tree with
+        the bulk path (``RITree.build``, ~15 µs a subscription); a smaller one is inserted one
         by one (``RITree.subscribe``: its path patched by a compiled kernel, ~0.1-0.25 ms
         each at 100K-520K, up to ~1 ms while it splits the full leaves of a bulk build)."""
         if not subs:
@@ -99,19 +86,12 @@ class TopKHold:
             for s, t in zip(subs, tags, strict=True):
                 self.subs[s.id] = s
                 self.tag[s.id] = t
-            self._rebuild()
+            self.tree = RITree.build([as_topk(s) for s in self.subs.values()])
             return
         for s, t in zip(subs, tags, strict=True):
             self.tree.subscribe(as_topk(s))  # a known id is replaced
             self.subs[s.id] = s
             self.tag[s.id] = t
-        if len(self.subs) >= 2 * self.built_at and len(self.subs) <= REBUILD_WHOLE_MAX:
-            self._rebuild()
-
-    def _rebuild(self) -> None:
-        self.tree = RITree.build([as_topk(s) for s in self.subs.values()])
-        self.built_at = len(self.subs)
-        self.rebuilds += 1
 
     def remove(self, sub_id: str) -> None:
         if self.subs.pop(sub_id, None) is not None:

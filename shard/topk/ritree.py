@@ -35,9 +35,9 @@ search is exact; the forest is only consulted for children the search gets to.
 
 Insert and delete (the paper gives none; our design):
 
-* **insert**: Guttman's ChooseLeaf (least enlargement of the MBR, then least widening of the
-  α range, then least area, then first child; compiled, ``choose_leaf``); the point joins the
-  leaf; an overflowing node (``fanout + 1`` entries) is split in half along x, y or α, whichever
+* **insert**: ChooseLeaf by the least MBR enlargement (as a share of the root's area) plus α
+  widening, then least area, then first child (compiled, ``choose_leaf``; Guttman's
+  enlargement-first rule grew slower trees); the point joins the leaf; an overflowing node (``fanout + 1`` entries) is split in half along x, y or α, whichever
   cut leaves the least normalised area plus α-range width (a root split grows a new root);
 * **delete**: the slot leaves its leaf; a node left empty is unlinked from its parent (upwards);
   a root left with one child is replaced by it. Underfull nodes are kept (no
@@ -74,8 +74,8 @@ Where the paper is ambiguous
   and the forests of children the search never reaches are not read.
 * Insert/delete/split policy: see above (not in the paper). Node capacity 50 as in Sect. 6.1.
 * The paper's R-tree is spatial and says nothing of packing: we pack by α slabs first and let
-  ChooseLeaf break ties by the α range (an R-tree over the points still: MBRs, MinDist and
-  Eq. 6 are unchanged; only which points share a node differs).
+  ChooseLeaf weigh the α range with the MBR (an R-tree over the points still: MBRs, MinDist
+  and Eq. 6 are unchanged; only which points share a node differs).
 """
 
 from __future__ import annotations
@@ -220,13 +220,17 @@ def ritree_kernel(tree, n_keys, e_off, e_key, e_val, e_x, e_y, k, max_dist, slac
 
 @njit(cache=True)
 def choose_leaf(root, level, count, child, box, amin, amax, px, py, alpha):
-    """Guttman's ChooseLeaf for a point at (px, py) with ``alpha``: from the root, the child of
-    least MBR enlargement, then least widening of its α range, then least area, then the first.
-    O(height x fanout)."""
+    """ChooseLeaf for a point at (px, py) with ``alpha``: from the root, the child of least
+    cost, its MBR's enlargement as a share of the root's area plus the widening of its α
+    range (the measure ``SpatialTree._split`` cuts by), then of least area, then the first.
+    Guttman's rule (enlargement first, α only to break ties) grew trees searched up to 2x
+    slower than this one (docs/BENCHMARKS.md, [2.8]): Eq. 8 is tight only for nodes with a
+    narrow α range. O(height x fanout)."""
     u = root
+    norm = max((box[root, 2] - box[root, 0]) * (box[root, 3] - box[root, 1]), 1e-300)
     while level[u] > 0:
         best = child[u, 0]
-        b_enl = b_wid = b_area = _INF
+        b_cost = b_area = _INF
         for i in range(count[u]):
             c = child[u, i]
             area = (box[c, 2] - box[c, 0]) * (box[c, 3] - box[c, 1])
@@ -234,8 +238,9 @@ def choose_leaf(root, level, count, child, box, amin, amax, px, py, alpha):
                 max(box[c, 3], py) - min(box[c, 1], py)
             ) - area
             wid = (max(amax[c], alpha) - min(amin[c], alpha)) - (amax[c] - amin[c])
-            if enl < b_enl or (enl == b_enl and (wid < b_wid or (wid == b_wid and area < b_area))):
-                best, b_enl, b_wid, b_area = c, enl, wid, area
+            cost = enl / norm + wid
+            if cost < b_cost or (cost == b_cost and area < b_area):
+                best, b_cost, b_area = c, cost, area
         u = best
     return u
 
