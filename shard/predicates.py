@@ -39,6 +39,7 @@ from shard.attributes import (
     Scalar,
 )
 from shard.errors import NotFoundError
+from shard.sorted_arrays import lower_bound
 
 _OPCODE = {name: i for i, name in enumerate(OPS)}
 _EQ, _NE, _LT, _LE, _GT, _GE = OP_EQ, OP_NE, OP_LT, OP_LE, OP_GT, OP_GE
@@ -53,15 +54,8 @@ rewritten once the dead entries outnumber the live ones (amortised O(1) a predic
 @njit(cache=True, inline="always")
 def in_set(v, set_vals, start, n):
     """Whether ``v`` is among the sorted ``set_vals[start:start + n]`` (binary search)."""
-    lo = start
-    hi = start + n
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if set_vals[mid] < v:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo < start + n and set_vals[lo] == v
+    i = lower_bound(set_vals, start, start + n, v)
+    return i < start + n and set_vals[i] == v
 
 
 @njit(cache=True, inline="always")
@@ -362,13 +356,7 @@ def check_pairs_kernel(cols, rows, msg_index, off, keys, vals):
         ok = True
         for j in range(pstart[r], pstart[r] + plen[r]):
             key = p_key[j]
-            hi = end
-            while lo < hi:
-                mid = (lo + hi) >> 1
-                if keys[mid] < key:
-                    lo = mid + 1
-                else:
-                    hi = mid
+            lo = lower_bound(keys, lo, end, key)  # (keys ascending: on from the last one)
             if lo == end or keys[lo] != key:
                 ok = False
                 break

@@ -50,6 +50,7 @@ from numba import njit
 from shard.aptree.tree import EncodedMessages
 from shard.errors import ValidationError
 from shard.rivals.base import RivalIndex, hits_region, report, verify_clause
+from shard.sorted_arrays import lower_bound
 
 PENDING_SHARE = 8
 """Pending inserts are merged (bulk rebuild) once they number ``indexed // PENDING_SHARE`` (and
@@ -148,18 +149,6 @@ def boxes_meet(b, x0, y0, x1, y1) -> bool:
 def outside(boxes, i, x0, y0, x1, y1) -> bool:
     """Whether row ``i`` of a box column misses the message box (closed)."""
     return x1 < boxes[i, 0] or x0 > boxes[i, 2] or y1 < boxes[i, 1] or y0 > boxes[i, 3]
-
-
-@njit(cache=True)
-def lower_bound(a, lo, hi, v):
-    """First index in ``a[lo:hi]`` (ascending) whose value is >= ``v`` (``hi`` if none)."""
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if a[mid] < v:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
 
 
 @njit(cache=True)

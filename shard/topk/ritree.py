@@ -83,6 +83,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from shard.sorted_arrays import lower_bound
 from shard.topk.base import TopKIndex
 from shard.topk.kernels import (
     BOUND_SLACK,
@@ -127,16 +128,8 @@ def forest_ubt(u, f_start, f_len, f_key, f_lo, f_hi, f_w, e_key, e_val, e0, e1):
     for i in range(e0, e1):
         key = e_key[i]
         v = e_val[i]
-        lo = a
-        hi = b
-        while lo < hi:  # first row with f_key >= key
-            mid = (lo + hi) >> 1
-            if f_key[mid] < key:
-                lo = mid + 1
-            else:
-                hi = mid
         best = 0.0
-        j = lo
+        j = lower_bound(f_key, a, b, key)
         while j < b and f_key[j] == key:
             if f_lo[j] <= v and v <= f_hi[j] and f_w[j] > best:
                 best = f_w[j]
@@ -281,15 +274,18 @@ def _bounds_of(u, level, count, child, box, amin, amax, x, y, alpha):
 
 
 @njit(cache=True, inline="always")
-def _first_of(keys, a, b, key):
-    """The first row in ``[a, b)`` of the key-sorted ``keys`` with a key >= ``key``."""
-    while a < b:
-        mid = (a + b) >> 1
-        if keys[mid] < key:
-            a = mid + 1
-        else:
-            b = mid
-    return a
+def _key_run(fk, flo, fhi, fw, i, b):
+    """Γ's entry of the key of row ``i`` of a key-sorted forest ending at ``b``: (min lo,
+    max hi, max ω) over that key's rows from ``i``, and the row after them."""
+    key = fk[i]
+    lo, hi, w = flo[i], fhi[i], fw[i]
+    i += 1
+    while i < b and fk[i] == key:
+        lo = min(lo, flo[i])
+        hi = max(hi, fhi[i])
+        w = max(w, fw[i])
+        i += 1
+    return lo, hi, w, i
 
 
 @njit(cache=True, inline="always")
@@ -372,21 +368,14 @@ def patch_path(
             no = 0
             for t in range(ne):
                 key = rep[t, 0]
-                i = _first_of(fk, a, b, key)
+                i = lower_bound(fk, a, b, key)
                 while i < b and fk[i] == key and not _is_row(fk, flo, fhi, fw, i, t, rep, 1):
                     i += 1
                 if i == b or fk[i] != key:
                     return f_used, g_used, dead_f, dead_g, ne - t
                 flo[i], fhi[i], fw[i] = rep[t, 4], rep[t, 5], rep[t, 6]
-                i = _first_of(fk, a, b, key)
-                lo, hi, w = flo[i], fhi[i], fw[i]
-                i += 1
-                while i < b and fk[i] == key:
-                    lo = min(lo, flo[i])
-                    hi = max(hi, fhi[i])
-                    w = max(w, fw[i])
-                    i += 1
-                g = _first_of(gk, ga, gb, key)  # (the key is in Γ: its rows are in F)
+                lo, hi, w, _ = _key_run(fk, flo, fhi, fw, lower_bound(fk, a, b, key), b)
+                g = lower_bound(gk, ga, gb, key)  # (the key is in Γ: its rows are in F)
                 if not (glo[g] == lo and ghi[g] == hi and gw[g] == w):
                     out[no, 0] = key
                     out[no, 1], out[no, 2], out[no, 3] = glo[g], ghi[g], gw[g]
@@ -443,13 +432,7 @@ def patch_path(
             t = f_start[u]
             while t < f_used:
                 key = fk[t]
-                lo, hi, w = flo[t], fhi[t], fw[t]
-                t += 1
-                while t < f_used and fk[t] == key:
-                    lo = min(lo, flo[t])
-                    hi = max(hi, fhi[t])
-                    w = max(w, fw[t])
-                    t += 1
+                lo, hi, w, t = _key_run(fk, flo, fhi, fw, t, f_used)
                 gk[gout], glo[gout], ghi[gout], gw[gout] = key, lo, hi, w
                 gout += 1
             ga = g_start[u]

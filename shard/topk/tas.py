@@ -45,6 +45,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from shard.sorted_arrays import lower_bound
 from shard.topk.base import TopKIndex
 from shard.topk.kernels import (
     BOUND_SLACK,
@@ -70,16 +71,9 @@ _MAX_PATH = 64
 def leaf_of(coords, c0, m, v):
     """The elementary interval holding ``v``: 2j + 1 for the point coords[j], 2j for the gap
     below it (2m: above the last). O(log m)."""
-    lo = c0
-    hi = c0 + m
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if coords[mid] < v:
-            lo = mid + 1
-        else:
-            hi = mid
-    j = lo - c0
-    if j < m and coords[lo] == v:
+    i = lower_bound(coords, c0, c0 + m, v)
+    j = i - c0
+    if j < m and coords[i] == v:
         return 2 * j + 1
     return 2 * j
 
