@@ -98,3 +98,28 @@ def _terms_of(store: SubscriptionStore, sub_id: str) -> set[str]:
         a = int(store.cl_off[c])
         out.update(store.vocab_terms[t] for t in store.terms[a : a + int(store.cl_len[c])].tolist())
     return out
+
+
+def test_after_a_rare_first_renumbering_a_new_term_ranks_before_every_older_one():
+    """A term first seen after a "rare-first" renumbering has one holder: it takes a reserved id
+    below every ranked term, so a clause of an old common term and a new one is filed under the
+    new one (docs/APTREE.md, departure 13); once the reserve is used up new terms go last."""
+    store = SubscriptionStore()
+    for i in range(4):
+        store.add(Subscription(f"s{i}", (("common", f"r{i}"),), Rect(0, 0, 1, 1)))
+    store.reorder_terms("rare-first")
+    ranked = dict(store.vocab)
+    assert sorted(ranked.values()) == list(range(5, 10))  # 5 ranked, ids 0-4 reserved
+    assert ranked["common"] == 9
+    _, clauses = store.add(Subscription("n", (("common", "fresh"),), Rect(0, 0, 1, 1)))
+    assert store.vocab["fresh"] == 4
+    assert int(store.terms[int(store.cl_off[int(clauses[0])])]) == 4  # its first term
+    for j in range(5):
+        store.add(Subscription(f"m{j}", ((f"x{j}",),), Rect(0, 0, 1, 1)))
+    assert [store.vocab[f"x{j}"] for j in range(5)] == [3, 2, 1, 0, 10]
+    words = list(store.vocab) + ["absent"]
+    assert store.vocab_table().lookup(words).tolist() == [store.vocab.get(w, -1) for w in words]
+    assert _terms_of(store, "n") == {"common", "fresh"}
+    store.reorder_terms("frequency")  # no reserve in the other orders
+    assert sorted(store.vocab.values()) == list(range(len(store.vocab)))
+    assert None not in store.vocab_terms

@@ -413,7 +413,7 @@ class APPlusTree(APTree):
         old_leaves = np.zeros(0, np.int64)
         if sub.id in self.store.slot_of:
             slot = self.store.slot_of[sub.id]
-            old = self._form(slot)
+            old = self._form(slot) if len(self.msgs) else None
             T, todo_old, old_leaves = delete_clauses(
                 self._tree, self.store.columns(), self._params, self.store.clauses_of(slot)
             )
@@ -422,8 +422,9 @@ class APPlusTree(APTree):
         slot, clauses = self.store.add(sub)
         self.store.last_t[slot] = self.now
         todo, leaves = self._place(clauses)
-        diff = self._diff(np.concatenate((old_leaves, leaves)), old, self._form(slot))
-        updates += self._updates(sub.id, diff)
+        if len(self.msgs):  # no live message: nothing to add or take back
+            diff = self._diff(np.concatenate((old_leaves, leaves)), old, self._form(slot))
+            updates += self._updates(sub.id, diff)
         self._finish(np.concatenate((todo_old, todo)))
         return updates
 

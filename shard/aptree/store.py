@@ -2,7 +2,11 @@
 clause, a pool of interned term ids. No Python object is kept per subscription except its id string.
 
 Term ids are ranks in the global keyword order (0 = first). ``reorder_terms`` renumbers them after
-a bulk load; terms first seen later are appended at the end of the order.
+a bulk load; terms first seen later are appended at the end of the order, except after a
+"rare-first" renumbering: that one leaves as many ids as it ranked free below the ranked terms,
+and terms first seen later take them from the top down, so that each ranks before every older
+term (one holder so far: the rarest there is) until the reserve is used up (docs/APTREE.md,
+departure 13).
 """
 
 from __future__ import annotations
@@ -56,9 +60,13 @@ class SubscriptionStore:
         self.free_slots: list[int] = []
         self.free_clauses: dict[int, list[int]] = {}
         self.vocab: dict[str, int] = {}
-        self.vocab_terms: list[str] = []
+        self.vocab_terms: list[str | None] = []  # None: a reserved id (``_reserve_left``)
         self._table = VocabTable()
         self._table_ids = 0  # the terms of ids below this are in _table (none renumbered since)
+        self._reserve_left = 0
+        """Ids ``[0, _reserve_left)`` are free for new terms, handed out from the top down (a
+        "rare-first" ``reorder_terms`` reserved them; ``vocab_terms`` holds None there)."""
+        self._reserved_new: list[tuple[str, int]] = []  # handed out, not yet in _table
         self.moving = np.zeros(slot_cap, np.bool_)
         self.vel = np.zeros((slot_cap, 2), np.float64)
         """Estimated velocity (degrees/s, lon and lat) of a moving subscription (Sect. 4.3.1)."""
@@ -98,14 +106,24 @@ class SubscriptionStore:
     def term_id(self, term: str) -> int:
         tid = self.vocab.get(term)
         if tid is None:
-            tid = len(self.vocab_terms)
+            if self._reserve_left:
+                self._reserve_left -= 1
+                tid = self._reserve_left
+                self.vocab_terms[tid] = term
+                self._reserved_new.append((term, tid))
+            else:
+                tid = len(self.vocab_terms)
+                self.vocab_terms.append(term)
             self.vocab[term] = tid
-            self.vocab_terms.append(term)
         return tid
 
     def vocab_table(self) -> VocabTable:
         """``vocab`` as a compiled table (``shard.aptree.vocab``), brought up to date with the
         terms added since it was last asked for. O(new terms)."""
+        if self._reserved_new:
+            new = self._reserved_new
+            self._table.add([t for t, _ in new], [i for _, i in new])
+            self._reserved_new = []
         n = len(self.vocab_terms)
         if self._table_ids < n:
             self._table.add(self.vocab_terms[self._table_ids :], range(self._table_ids, n))
@@ -443,7 +461,11 @@ class SubscriptionStore:
         clause; returns the new id of every old id, -1 for a term dropped. ``order`` is
         "frequency" (decreasing frequency over subscription keywords, the paper's default),
         "rare-first" (increasing frequency), "alphabetical", or an explicit list of terms ranked
-        first (the rest follow by decreasing frequency).
+        first (the rest follow by decreasing frequency). "rare-first" ranks the k terms kept at
+        ids k to 2k - 1 and leaves 0 to k - 1 for terms first seen later (``term_id``): a term
+        that arrives after the renumbering is held once, and with ids appended it would rank
+        as the commonest and a clause would be filed under an older, commoner term of its own
+        (a tree grown so verified twice a fresh build's entries: docs/BENCHMARKS.md).
 
         Terms no live subscription holds are dropped, unless ``keep`` (a mask over the old ids:
         the terms live messages hold) keeps them: the vocabulary follows the subscriptions down as
@@ -474,20 +496,24 @@ class SubscriptionStore:
             held[: keep.shape[0]] |= keep[:v]
         rank_of_old = rank_of_old[held[rank_of_old]]
         k = rank_of_old.shape[0]
+        reserve = k if isinstance(order, str) and order == "rare-first" else 0
         new_id = np.full(v, -1, np.int32)
-        new_id[rank_of_old] = np.arange(k, dtype=np.int32)
+        new_id[rank_of_old] = np.arange(reserve, reserve + k, dtype=np.int32)
         table = self.vocab_table()
         table.renumber(new_id)
         if self.n_terms:  # (a freed clause block may hold -1, a dropped term: it is never read)
             t = self.terms[: self.n_terms]
             ok = t >= 0
             t[ok] = new_id[t[ok]]
-        self.vocab_terms = np.array(self.vocab_terms, dtype=object)[rank_of_old].tolist()
-        self.vocab = dict(zip(self.vocab_terms, range(k), strict=True))
+        ranked = np.array(self.vocab_terms, dtype=object)[rank_of_old].tolist()
+        self.vocab = dict(zip(ranked, range(reserve, reserve + k), strict=True))
+        self.vocab_terms = [None] * reserve + ranked
+        self._reserve_left = reserve
+        self._reserved_new = []  # (the table was brought up to date above, then renumbered)
         if len(table) > 2 * k + 4096:  # mostly dropped keys: start a table of the live ones
-            self._table, self._table_ids = VocabTable(), 0
+            self._table, self._table_ids = VocabTable(), reserve
         else:
-            self._table_ids = k
+            self._table_ids = reserve + k
         _sort_clause_terms(self.cl_off, self.cl_len, self.terms, self.n_clause_rows)
         return new_id
 
