@@ -81,6 +81,7 @@ def test_bench_update_and_maintain(tmp_path, capsys):
     r = json.loads(capsys.readouterr().out)
     assert r["initial"] == 400 and r["inserted"] == 1600
     assert r["grown_pairs"] == r["fresh_pairs"]
+    assert r["grown_verified_per_msg"] > 0 and r["fresh_verified_per_msg"] > 0
 
 
 def test_bench_reports_bad_lines_and_missing_files(tmp_path, capsys):
