@@ -568,3 +568,39 @@ def test_the_naive_index_gives_a_new_subscription_a_live_rectangle_around_the_or
     naive.publish_batch([Message("m", ("a",), Rect(-5, -5, 5, 5), ttl=9.0)], 0.0)
     sub = Subscription("s", (("a",),), Rect(0, 0, 2, 2))
     assert naive.subscribe(sub, 1.0) == [("s", ADD, "m")]
+
+
+def test_matching_skips_the_roots_dummy_only_for_messages_without_its_keys():
+    """On a wide root, the clauses waiting in the dummy cut (new keywords, not promoted yet) are
+    reached only by messages holding one of their keywords: matching without traces skips the
+    dummy for the others (``direct_leaves``' ``D3_DUMMY_KEY``). Messages with and without those
+    keywords, points and rectangles, match as in the oracle; a table that marked no key would
+    lose the dummy's matches, so the test can fail."""
+    rng = random.Random(23)
+
+    def sub(i: int, words: tuple[str, ...]) -> Subscription:
+        x, y = rng.uniform(-20, 15), rng.uniform(-20, 15)
+        return Subscription(f"s{i}", (words,), Rect(x, y, x + 5, y + 5))
+
+    subs = [sub(i, (f"w{i % 600}",)) for i in range(1800)]
+    tree = APPlusTree.build(subs)
+    root = int(tree.arrays[T_CNT][C_ROOT])
+    # new keywords (with an old one beside some): to the root's dummy, fewer than promote it
+    fresh = [sub(2000 + j, (f"new{j}",) + ((f"w{j}",) if j % 2 else ())) for j in range(30)]
+    tree.subscribe_many(fresh)
+    subs += fresh
+    NI = tree.arrays[T_NI]
+    assert NI[root, F_WD_CUR] - NI[root, F_WD_OLD] == 30  # all waiting in the dummy
+    msgs = []
+    for j in range(300):
+        words = {f"w{rng.randrange(620)}" for _ in range(5)}
+        if j % 3 == 0:
+            words.add(f"new{rng.randrange(35)}")
+        x, y = rng.uniform(-20, 20), rng.uniform(-20, 20)
+        loc = Point(x, y) if j % 4 else Rect(x, y, x + 3, y + 3)
+        msgs.append(Message(f"m{j}", tuple(words), loc))
+    assert tree.direct_table(len(msgs))[2].shape[0] > 0  # the table the skip reads is handed over
+    got = tree.match_batch(msgs)
+    for m, ids in zip(msgs, got, strict=True):
+        assert set(ids) == {s.id for s in subs if subscription_matches(s, m)}
+    assert any(i.startswith("s20") for ids in got for i in ids)  # the dummy's clauses matched

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from numba.typed import List
 
 from shard.aptree.layout import (
     C_ROOT,
@@ -169,17 +170,58 @@ def direct_cuts(T, u):
 
 
 @njit(cache=True)
-def direct_leaves(T, u):
-    """For k-node ``u``: per term id ``w`` up to its last cut's high keyword, the leaf under a
-    cut of ``w`` alone, with its first record and its number of records (``-1, -1, -1`` where
-    ``w`` has no such cut). Exact only for the tree as it is now. O(terms + cuts)."""
+def direct_leaves(T, S, u):
+    """For k-node ``u``: per term id ``w``, the leaf under a cut of ``w`` alone, with its first
+    record and its number of records (``-1, -1, -1`` where ``w`` has no such cut), and
+    (``D3_DUMMY_KEY``) whether a clause in ``u``'s dummy subtree has ``w`` as its keyword at
+    ``u``'s offset: only a message holding one of those can match there, so the matching
+    without traces skips the dummy for the others (docs/APTREE.md, departure 14). A clause
+    without a keyword at that offset marks every term. Rows run to the last cut's high keyword
+    or the highest dummy key; a message term beyond them visits the dummy. Exact only for the
+    tree as it is now. O(terms + cuts + the dummy subtree)."""
     NI = T[T_NI]
     CH = T[T_CH]
     CLO = T[T_CLO]
     CHI = T[T_CHI]
+    LI = T[T_LI]
+    cl_off = S[4]
+    cl_len = S[5]
+    terms = S[6]
     off = NI[u, F_CHOFF]
     nch = NI[u, F_NCH]
-    out = np.full((CHI[off + nch - 1] + 1, 3), -1, np.int64)
+    l = NI[u, F_L]
+    keys = List()
+    keys.append(np.int64(0))
+    keys.pop()
+    every = False
+    d = NI[u, F_DUMMY]
+    stack = List()
+    if d >= 0:
+        stack.append(np.int64(d))
+    while len(stack) > 0:
+        v = stack.pop()
+        if NI[v, F_TYPE] == LEAF:
+            for k in range(NI[v, F_LOFF], NI[v, F_LOFF] + NI[v, F_LLEN]):
+                c = LI[k]
+                if c < 0:
+                    continue
+                if cl_len[c] > l:
+                    keys.append(np.int64(terms[cl_off[c] + l]))
+                else:
+                    every = True
+            continue
+        if NI[v, F_DUMMY] >= 0:
+            stack.append(np.int64(NI[v, F_DUMMY]))
+        for i in range(NI[v, F_CHOFF], NI[v, F_CHOFF] + NI[v, F_NCH]):
+            if CH[i] >= 0:
+                stack.append(np.int64(CH[i]))
+    n = CHI[off + nch - 1] + 1
+    for w in keys:
+        n = max(n, w + 1)
+    out = np.full((n, 4), -1, np.int64)
+    out[:, D3_DUMMY_KEY] = 1 if every else 0
+    for w in keys:
+        out[w, D3_DUMMY_KEY] = 1
     for i in range(nch):
         w = CLO[off + i]
         c = CH[off + i]
@@ -190,7 +232,9 @@ def direct_leaves(T, u):
     return out
 
 
-NO_LEAVES = np.full((0, 3), -1, np.int64)
+D3_DUMMY_KEY = 3
+"""``direct_leaves``' column: 1 where the term is a dummy clause's keyword at the node."""
+NO_LEAVES = np.full((0, 4), -1, np.int64)
 """An empty ``direct_leaves`` table: every term takes the cut's way."""
 
 
@@ -321,6 +365,17 @@ def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start,
                     nout += 1
             elif typ == KNODE:
                 d = NI[u, F_DUMMY]
+                if d >= 0 and not trace and u == dnode and D3.shape[0] > 0:
+                    # without traces (nothing stored on the dummy's lists) only a message
+                    # holding a dummy clause's keyword at this node can match there
+                    need = False
+                    for i in range(t0, t1):
+                        w = m_terms[i]
+                        if w >= D3.shape[0] or D3[w, D3_DUMMY_KEY] != 0:
+                            need = True
+                            break
+                    if not need:
+                        d = -1
                 if d >= 0:
                     stack_n, stack_e, top = _push(stack_n, stack_e, top, d, eta)
                 elif trace:

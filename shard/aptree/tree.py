@@ -476,7 +476,7 @@ class APTree:
             self._leaves_owed += n_messages
             if self._leaves_owed * LEAVES_AFTER < table.shape[0]:
                 return table, node, NO_LEAVES
-            self._leaves = direct_leaves(T, node)
+            self._leaves = direct_leaves(T, self.store.columns(), node)
             self._leaves_at = self._changes
             self._leaves_owed = 0
         return table, node, self._leaves
