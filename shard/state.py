@@ -441,20 +441,6 @@ class ShardState:
     def __len__(self) -> int:
         return len(self.tree) + len(self.topk)
 
-    def rebuild_beside(self, on: bool = True) -> None:
-        """Run the AP+-Tree's due whole rebuilds beside it, on a thread, instead of in the
-        round that made them due (``shard.aptree.beside``); the owner calls ``poll_rebuild``
-        between rounds. A hosted rival index has no whole rebuild: ignored."""
-        inner = self.tree.inner
-        if isinstance(inner, APPlusTree):
-            inner.rebuild_beside = on
-
-    def poll_rebuild(self, *, wait: bool = False) -> bool:
-        """Between rounds: start a due rebuild beside the index, take a finished one (``wait``:
-        wait for it). True when the index was replaced by the rebuilt one."""
-        inner = self.tree.inner
-        return isinstance(inner, APPlusTree) and inner.poll_rebuild(wait=wait)
-
     @property
     def rebuilds(self) -> int:
         """Subtrees the index has rebuilt so far (splits, KL reconstructions, collapses)."""

@@ -192,19 +192,6 @@ class APPlusTree(APTree):
         self._note_rate()
         live = np.flatnonzero(self.msgs.alive[: self.msgs.n_slots]).astype(np.int32)
         super().rebuild(message_sample=message_sample)
-        self._rehang(live)
-
-    def _start_beside(self) -> None:
-        self._note_rate()
-        super()._start_beside()
-
-    def _adopt_beside(self, job) -> None:
-        live = np.flatnonzero(self.msgs.alive[: self.msgs.n_slots]).astype(np.int32)
-        super()._adopt_beside(job)
-        self._rehang(live)
-
-    def _rehang(self, live: np.ndarray) -> None:
-        """After a whole rebuild: fresh m-lists, the live messages hung on the new tree."""
         self._mt = new_mlists(self._tree[T_NI].shape[0])
         self.msgs.release_dead()
         self._reinsert(live, int(self._tree[T_CNT][C_ROOT]))
@@ -424,7 +411,6 @@ class APPlusTree(APTree):
         old = None
         todo_old = np.zeros(0, np.int64)
         old_leaves = np.zeros(0, np.int64)
-        self._touch((sub.id,))
         if sub.id in self.store.slot_of:
             slot = self.store.slot_of[sub.id]
             old = self._form(slot) if len(self.msgs) else None
@@ -467,7 +453,6 @@ class APPlusTree(APTree):
         """Subscriptions whose ids are not in the tree (and distinct): their updates."""
         if not subs:
             return []
-        self._touch(sub.id for sub in subs)
         st = self.store
         slots, clauses, off = st.add_many(subs)
         st.last_t[slots] = self.now
@@ -512,7 +497,6 @@ class APPlusTree(APTree):
             slots[i], px[i], py[i] = slot, point.lon, point.lat
         if not len(moves):
             return updates
-        self._touch(st.ids[slots].tolist())
         self._note_motion(slots, px, py)
         self.sync()
         T, self._mt, self._nstamp, q, xs, gs, todo, self._dstamp, self._dts = move_batch_kernel(
@@ -560,7 +544,7 @@ class APPlusTree(APTree):
 
     def _finish(self, todo: np.ndarray, n: int = 1) -> None:
         if self._whole_rebuild_due():
-            self._rebuild_whole()
+            self.rebuild()
         elif todo.size:
             self._rebuild_nodes(np.unique(todo))
         self._housekeeping(n)

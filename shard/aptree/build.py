@@ -237,7 +237,7 @@ def set_leaf_entry(LB, k, S, c):
         LBI[k, LBI_T + j] = S[6][a + j]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True)
 def refresh_leaf_entries(T, S):
     """Rewrite the record of every used leaf slot from the store (after the store renumbered
     its slots and clause rows). O(pool)."""
@@ -305,7 +305,7 @@ def cell_span(bx, by, x0, y0, x1, y1):
     return (a1 - a0 + 1) * (b1 - b0 + 1)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True)
 def build_subtree(T, S, PW, SPX, SPY, params, root, items):
     """Alg. 4 from node ``root`` (its region, L, KP, SP, parent and depth already set) over the
     clause ids ``items``. Returns (tree, entries in the new subtree).

@@ -19,11 +19,11 @@ from numba import njit
 
 from shard.aptree.vocab import VocabTable
 from shard.errors import NotFoundError, ValidationError
-from shard.geometry import KIND_CIRCLE, region_columns
-from shard.model import Circle, Rect, Subscription
+from shard.geometry import region_columns
+from shard.model import Subscription
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True)
 def _sort_clause_terms(cl_off, cl_len, terms, n_clauses):
     for c in range(n_clauses):
         a = cl_off[c]
@@ -390,34 +390,6 @@ class SubscriptionStore:
 
     def live_clauses(self) -> np.ndarray:
         return np.flatnonzero(self.cl_sub[: self.n_clause_rows] >= 0).astype(np.int32)
-
-    def clone(self) -> SubscriptionStore:
-        """An independent copy: its arrays, dicts and lists are its own (a rebuild can run on it
-        while this one goes on changing). O(capacity), one copy of each column."""
-        out = SubscriptionStore.__new__(SubscriptionStore)
-        for name, value in vars(self).items():
-            if isinstance(value, np.ndarray | VocabTable):
-                value = value.copy()
-            elif isinstance(value, dict):
-                value = {k: list(v) if isinstance(v, list) else v for k, v in value.items()}
-            elif isinstance(value, list):
-                value = list(value)
-            setattr(out, name, value)
-        return out
-
-    def subscription_at(self, slot: int) -> Subscription:
-        """The subscription stored in ``slot`` as the index holds it: its clauses by name, its
-        rectangle or circle, whether it moves (what ``add`` takes back)."""
-        vocab = self.vocab_terms
-        clauses = tuple(
-            tuple(vocab[t] for t in self.terms[self.cl_off[c] : self.cl_off[c] + self.cl_len[c]])
-            for c in self.clauses_of(slot).tolist()
-        )
-        if self.kind[slot] == KIND_CIRCLE:
-            region = Circle(*map(float, self.circ[slot]))
-        else:
-            region = Rect(*map(float, self.bbox[slot]))
-        return Subscription(self.ids[slot], clauses, region, bool(self.moving[slot]))
 
     # ---- locality ---------------------------------------------------------------------------
     def relayout(self, order: np.ndarray) -> np.ndarray:

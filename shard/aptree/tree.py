@@ -9,13 +9,11 @@ compiled kernels and columnar subscription storage.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from shard.aptree.beside import REBUILD_BESIDE_MAX, RebuildBeside
 from shard.aptree.build import (
     build_subtree,
     compact,
@@ -85,11 +83,7 @@ from shard.aptree.vocab import VocabTable
 from shard.errors import ValidationError
 from shard.model import Message, Point, Subscription
 
-log = logging.getLogger(__name__)
-
 KEYWORD_ORDERS = ("frequency", "rare-first", "alphabetical")
-SLOT_STATE = ("kind", "bbox", "circ", "moving", "vel", "upd_dt", "last_t", "tag", "extra")
-"""A store slot's columns besides its clauses (what a replay copies over, ``_replay``)."""
 HOUSEKEEPING_EVERY = 64
 """Updates between two checks of pool garbage and of the KL size floor (each costs a few us)."""
 COMPACT_MIN_GARBAGE = 1 << 16
@@ -98,10 +92,8 @@ REBUILD_WHOLE_MIN = 1_000
 REBUILD_WHOLE_MAX = 200_000
 """A tree grown by subscribes is rebuilt whole each time it has grown ``DEFAULT_GROWTH`` times
 over (twice over from ``REBUILD_DOUBLING_FROM``), from ``REBUILD_WHOLE_MIN`` up to
-``REBUILD_WHOLE_MAX`` subscriptions (``_whole_rebuild_due``). In place, the tree pauses for
-each as long as a whole build of that many (1.7 s for 200,000 real place names on the 2-core
-machine); with ``rebuild_beside`` (the shard actor) it is built on a thread beside the tree
-(``shard.aptree.beside``).
+``REBUILD_WHOLE_MAX`` subscriptions (``_whole_rebuild_due``); the shard pauses for each as long
+as a whole build of that many (1.7 s for 200,000 real place names on the 2-core machine).
 Beyond it, only when its root has grown so (its reconstruction, the whole tree's, is due
 anyway); otherwise growth relies on the node-level maintenance."""
 REBUILD_DOUBLING_FROM = 16_000
@@ -216,11 +208,6 @@ class APTree:
         self._leaves_at = -1  # the ``_changes`` it was made at
         self._leaves_owed = 1 << 40  # messages matched without it since it went stale (none
         # made yet: made for the first batch)
-        self.rebuild_beside = False
-        """Run due whole rebuilds beside the tree, on a thread (``shard.aptree.beside``); the
-        owner then calls ``poll_rebuild`` between operations. Off: in place."""
-        self._beside: RebuildBeside | None = None
-        self._beside_due = False
         self.verified = 0
         """Leaf entries verified by matching so far (the paper's cost measure)."""
 
@@ -254,20 +241,9 @@ class APTree:
 
     def rebuild(self, *, message_sample: Iterable[Message] | None = None) -> None:
         """Construct the whole tree anew from the live subscriptions (fresh keyword order too)."""
-        self._beside = None  # (one running beside is superseded)
-        self._beside_due = False
-        self._terms_renumbered(self.build_whole(self._terms_held(), message_sample))
-
-    def build_whole(
-        self, keep: np.ndarray | None, message_sample: Iterable[Message] | None = None
-    ) -> np.ndarray:
-        """``rebuild`` without telling anyone of the renumbering: renumber the terms (keeping
-        the ids ``keep`` masks), build, lay the store out; the new id of every old term id.
-        Touches nothing but this tree and its store (``shard.aptree.beside`` runs it on a
-        copy, on a thread)."""
         store = self.store
         self._built_size = len(store)
-        new_id = store.reorder_terms(self.keyword_order, keep)
+        self._terms_renumbered(store.reorder_terms(self.keyword_order, self._terms_held()))
         if message_sample is not None:
             sample = list(message_sample)
             df = np.zeros(len(store.vocab_terms), np.float64)
@@ -308,7 +284,6 @@ class APTree:
         self._relayout()
         self._update_kl_min()
         self._ensure_stamps()
-        return new_id
 
     def _relayout(self) -> None:
         """Number subscriptions and clauses in the order the leaves hold them (first occurrence),
@@ -384,118 +359,16 @@ class APTree:
         """
         if sub.id in self.store.slot_of:
             self.unsubscribe(sub.id)
-        self._touch((sub.id,))
         _, clauses = self.store.add(sub)
         self._extend_pw()
         self._ensure_stamps()
         T, todo, _, _ = insert_clauses(self._tree, self.store.columns(), self._params, clauses)
         self._tree = T
         if self._whole_rebuild_due():
-            self._rebuild_whole()
+            self.rebuild()
         elif todo.size:
             self._rebuild_nodes(todo)
         self._housekeeping()
-
-    def _rebuild_whole(self) -> None:
-        """A whole rebuild is due: now, in place; or with ``rebuild_beside``, beside the tree,
-        started by the next ``poll_rebuild`` (between operations: the owner may still change
-        the subscriptions this one touched), unless one runs already."""
-        if self.rebuild_beside and len(self.store) <= REBUILD_BESIDE_MAX:
-            self._beside_due = self._beside is None
-        else:
-            self.rebuild()
-
-    def _touch(self, ids: Iterable[str]) -> None:
-        """Subscriptions created, replaced, moved or removed: a rebuild running beside replays
-        them when it is taken."""
-        if self._beside is not None:
-            self._beside.touched.update(ids)
-
-    def poll_rebuild(self, *, wait: bool = False) -> bool:
-        """Between two operations: start a whole rebuild beside the tree if one is due, and take
-        one that is done (``wait``: wait for it first). True when the tree was replaced."""
-        job = self._beside
-        if job is None:
-            if self._beside_due:
-                self._beside_due = False
-                self._start_beside()
-                if wait:
-                    return self.poll_rebuild(wait=True)
-            return False
-        if wait:
-            job.wait()
-        if not job.done:
-            return False
-        self._beside = None
-        if job.error is not None:
-            log.error(
-                "a whole rebuild beside the tree failed: rebuilt in place", exc_info=job.error
-            )
-            self.rebuild()
-        else:
-            self._adopt_beside(job)
-        return True
-
-    def _start_beside(self) -> None:
-        """Copy the store and start rebuilding the copy on a thread."""
-        copy = APTree()
-        copy.keyword_order = self.keyword_order
-        copy.kl_min_fraction = self.kl_min_fraction
-        copy._params = self._params.copy()
-        copy.store = self.store.clone()
-        self._beside = RebuildBeside(copy, self._terms_held())
-
-    def _adopt_beside(self, job: RebuildBeside) -> None:
-        """Take the tree ``job`` built: its store, columns and weights; the subscriptions
-        touched since the copy as the live store holds them now; the term ids of the live
-        store's terms renumbered for those who hold them (``_terms_renumbered``)."""
-        old, built = self.store, job.copy
-        v = len(old.vocab_terms)
-        held = self._terms_held()  # over the live ids, before the store changes
-        self.store = built.store
-        self._tree = built._tree
-        self._pw, self._pw_new_term = built._pw, built._pw_new_term
-        self._spx, self._spy = built._spx, built._spy
-        self._params[P_MSG_SAMPLE] = built._params[P_MSG_SAMPLE]
-        self._built_size = built._built_size
-        self._direct_key = None
-        self._ensure_stamps()
-        for sub_id in job.touched:
-            self._replay(old, sub_id)
-        new_id = np.full(v, -1, np.int32)
-        new_id[: job.new_id.shape[0]] = job.new_id
-        if held is not None:  # terms first seen since the copy, or dropped by it, by name
-            for t in np.flatnonzero(held[:v] & (new_id[: held.shape[0]] < 0)).tolist():
-                new_id[t] = self.store.term_id(old.vocab_terms[t])
-        self._extend_pw()
-        self._ensure_stamps()
-        self._update_kl_min()
-        self._terms_renumbered(new_id)
-
-    def _replay(self, old: SubscriptionStore, sub_id: str) -> None:
-        """Make ``sub_id`` in this (new) store and tree what it is in ``old``: out, and in again
-        with its slot's state (moving, velocity, tag, ...) if ``old`` holds it. Tree maintenance
-        only (no m-list: the caller hangs the messages afterwards)."""
-        st = self.store
-        slot = st.slot_of.get(sub_id)
-        if slot is not None:
-            T, todo, _ = delete_clauses(self._tree, st.columns(), self._params, st.clauses_of(slot))
-            self._tree = T
-            if todo.size:
-                APTree._rebuild_nodes(self, todo)
-            st.remove(sub_id)
-        was = old.slot_of.get(sub_id)
-        if was is None:
-            return
-        slot, clauses = st.add(old.subscription_at(was))
-        for name in SLOT_STATE:
-            getattr(st, name)[slot] = getattr(old, name)[was]
-        self._extend_pw()
-        self._ensure_stamps()
-        T, todo, _, _ = insert_clauses(self._tree, st.columns(), self._params, clauses)
-        self._tree = T
-        if todo.size:
-            APTree._rebuild_nodes(self, todo)
 
     def _whole_rebuild_due(self) -> bool:
         """After insertions: whether to rebuild the whole tree (``rebuild``: a fresh keyword order
@@ -524,7 +397,6 @@ class APTree:
     def unsubscribe(self, sub_id: str) -> None:
         """Remove the subscription ``sub_id`` (NotFoundError if unknown). O(depth + leaf size)."""
         slot = self.store.slot(sub_id)
-        self._touch((sub_id,))
         clauses = self.store.clauses_of(slot)
         T, todo, _ = delete_clauses(self._tree, self.store.columns(), self._params, clauses)
         self._tree = T

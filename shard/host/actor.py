@@ -90,7 +90,6 @@ class ShardActor:
         self._shard_id = shard_id
         self._options = dict(options or {})
         self._state = ShardState(shard_id, **self._options)  # validates the options first
-        self._state.rebuild_beside()
         warm_up_shard(self._options)
         self._gc = GcPauses().install()
         self._incarnation = uuid.uuid4().hex
@@ -128,7 +127,6 @@ class ShardActor:
         state = ShardState.build(
             self._shard_id, subscriptions_from_rows(rows), now, tags=tags, **self._options
         )
-        state.rebuild_beside()
         self._state = state
         self._needs_rebuild = False
         freeze_long_lived()
@@ -152,7 +150,6 @@ class ShardActor:
         state = self._live()
         rebuilt = state.rebuilds
         t0 = time.perf_counter()
-        state.poll_rebuild()  # (a whole rebuild runs beside the state: started or taken here)
         out = apply_ops(state, ops, now)
         took = time.perf_counter() - t0
         if took > SLOW_ROUND_S:
