@@ -4,18 +4,23 @@ numba compiles a kernel at its first call; on a fresh checkout (no ``__pycache__
 move and m-list kernels take tens of seconds to compile, which a first client would otherwise wait
 out (and time out on). ``warm_up_shard`` drives a throwaway ``ShardState`` through every kind of
 operation: a bulk build, subscribe, publish, moves that split and collapse leaves, detach,
-unsubscribe, expiry and a purge. With a warm cache it takes well under a second.
+unsubscribe, expiry and a purge; then a root wide enough for the direct tables and a vocabulary
+outgrowing its first hash table (``tests/test_warmup.py`` checks that a growing shard compiles
+nothing after it). With a warm cache it takes well under a second.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from shard.aptree.vocab import VocabTable
 from shard.model import Circle, Message, Point, Rect, Subscription, subscription_from_dict
 from shard.ops import apply_ops
 from shard.state import ShardState
 
 N_SUBS = 200
+VOCAB_FIRST_ROWS = 1024
+"""Rows of a new ``VocabTable``'s hash table (filled to half, it is rehashed into a larger one)."""
 N_MSGS = 50
 
 
@@ -68,3 +73,14 @@ def warm_up_shard(options: dict[str, Any] | None = None) -> None:
     event = Message("e", ("a",), Point(1, 0), attributes=(("c", "x"), ("p", 3.0)))
     apply_ops(state, [("topk", event, 5)], 13.0)
     state.stats()
+    # a root with a cut per keyword, wide enough for the direct tables (``APTree.direct_table``;
+    # a shard's tree gets one once it holds a few hundred rare keywords), matched and stored
+    wide = ShardState.build(
+        0, [Subscription(f"d{i}", ((f"k{i}",),), Rect(0, 0, 1, 1)) for i in range(600)], 0.0
+    )
+    wide.publish_batch([Message("d", ("k3", "k9"), Point(0.5, 0.5), ttl=1.0)], 0.0)
+    wide.publish_batch([Message("e", ("k4",), Point(0.5, 0.5))], 0.0)
+    # a vocabulary outgrowing its first hash table (a growing shard's whole rebuild, its first
+    # thousand terms): the table's rehash, loaded here instead of in that round
+    table = VocabTable()
+    table.add([f"v{i}" for i in range(2 * VOCAB_FIRST_ROWS)], range(2 * VOCAB_FIRST_ROWS))
