@@ -36,6 +36,7 @@ from coordinator.retention import RoundLog
 from coordinator.service import GeoPubSubService
 from coordinator.settings import Settings
 from coordinator.slots import Slots
+from coordinator.slots import warm_up as warm_up_slots
 from geopubsub.convert import (
     from_proto_message,
 )
@@ -458,6 +459,7 @@ async def create_server(
     if port == 0:
         raise ValidationError("port", settings.port, f"cannot bind {settings.host}")
     await health_servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+    warm_up_slots()  # the first round does not wait for numba
     await server.start()
     await app.start()
     await app.watch_health(health_servicer)

@@ -260,3 +260,14 @@ def directory(pool, poff, plen, slots):
         p += n
     out[p] = 10
     return out, doff
+
+
+def warm_up() -> None:
+    """Load the delivery stage's compiled kernels (from numba's on-disk cache, or compile them)
+    with the types a round calls them with. numba's first call in a process also sets its
+    compiler up: the first Subscribe into a fresh coordinator waited 140-570 ms for it here,
+    and the calls behind it queued (docs/BENCHMARKS.md, twenty-second session)."""
+    table = Slots()
+    none = np.zeros(0, np.int64)
+    number(table.seq.copy(), none)
+    directory(table.pool, table.poff, table.plen, none)

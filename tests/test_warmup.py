@@ -48,3 +48,38 @@ def test_after_the_warm_up_a_growing_shard_compiles_nothing():
         [sys.executable, "-c", _PROGRAM], capture_output=True, text=True, check=True, timeout=600
     )
     assert json.loads(out.stdout.strip().splitlines()[-1]) == {}
+
+
+_COORDINATOR = r"""
+import asyncio, json, sys
+from coordinator import slots
+from geopubsub.v1 import geopubsub_pb2 as pb
+from shard.model import Rect, Subscription
+from tests.clusters import Node, coordinator_settings
+from geopubsub.convert import to_proto_subscription
+
+async def main():
+    async with Node(coordinator_settings(sys.argv[1], "warm")) as node:
+        before = {k: {str(s) for s in getattr(slots, k).signatures} for k in ("number", "directory")}
+        for i in range(3):
+            sub = Subscription(f"s{i}", (("a",),), Rect(0, 0, 1, 1))
+            await node.stub.Subscribe(pb.SubscribeRequest(subscription=to_proto_subscription(sub)))
+        await node.stub.Unsubscribe(pb.UnsubscribeRequest(id="s0"))
+        after = {k: {str(s) for s in getattr(slots, k).signatures} for k in ("number", "directory")}
+    print(json.dumps({k: sorted(after[k] - before[k]) for k in after}), flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_a_fresh_coordinator_compiles_nothing_for_its_first_rounds(redis_url):
+    """The coordinator loads its delivery kernels when it starts (``coordinator.slots.warm_up``):
+    its first Subscribe and Unsubscribe rounds, through gRPC on a real Redis, add no signature."""
+    out = subprocess.run(
+        [sys.executable, "-c", _COORDINATOR, redis_url],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"number": [], "directory": []}
