@@ -142,14 +142,18 @@ class RayShard:
 
     async def load(self, subs: Sequence[Subscription], now: float, tags: Sequence[int]) -> int:
         # the actor fences the open connection when it loads (``shard.host.channel``): rounds after
-        # the load go over a new one
+        # the load go over a new one, opened as soon as the load is done (a Ray call, a connection
+        # and its handshake: ~10 ms the first round would otherwise wait, and the calls behind it)
         await self._drop_channel()
         # as tuples: pickling 500k dataclasses took ~8 s of the coordinator's start, tuples ~2 s
         rows = subscriptions_to_rows(subs)
         limit = None
         if self.timeout_s is not None:
             limit = self.timeout_s + len(rows) * LOAD_S_PER_SUBSCRIPTION
-        return await self._call(self.actor.load_rows.remote(rows, now, list(tags)), limit)
+        n = await self._call(self.actor.load_rows.remote(rows, now, list(tags)), limit)
+        if self.use_channel and self._channel is None:  # opened now, not by the first round
+            self._channel = asyncio.ensure_future(self._open())
+        return n
 
     async def stats(self) -> dict[str, Any]:
         return await self._call(self.actor.stats.remote())
