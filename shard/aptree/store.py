@@ -473,13 +473,20 @@ class SubscriptionStore:
         O(terms + V log V)."""
         freq = self.term_frequencies()
         v = len(self.vocab_terms)
+        held = freq > 0
+        if keep is not None:
+            held[: keep.shape[0]] |= keep[:v]
+        # only the terms kept are ranked (ascending ids, so the stable sorts break ties by id
+        # as a ranking of every term would): after churn most of the vocabulary is dropped
+        cand = np.flatnonzero(held)
         if isinstance(order, str):
             if order == "frequency":
-                rank_of_old = np.argsort(-freq, kind="stable")
+                rank_of_old = cand[np.argsort(-freq[cand], kind="stable")]
             elif order == "rare-first":
-                rank_of_old = np.argsort(freq, kind="stable")
+                rank_of_old = cand[np.argsort(freq[cand], kind="stable")]
             elif order == "alphabetical":
-                rank_of_old = np.array(sorted(range(v), key=self.vocab_terms.__getitem__), np.int64)
+                terms = self.vocab_terms
+                rank_of_old = np.array(sorted(cand.tolist(), key=terms.__getitem__), np.int64)
             else:
                 raise ValidationError(
                     "keyword_order",
@@ -488,29 +495,32 @@ class SubscriptionStore:
                 )
         else:
             first = [self.vocab[t] for t in order if t in self.vocab]
+            first = [i for i in dict.fromkeys(first) if held[i]]
             seen = set(first)
-            rest = [int(i) for i in np.argsort(-freq, kind="stable") if int(i) not in seen]
+            rest = [
+                i for i in cand[np.argsort(-freq[cand], kind="stable")].tolist() if i not in seen
+            ]
             rank_of_old = np.array(first + rest, np.int64)
-        held = freq > 0
-        if keep is not None:
-            held[: keep.shape[0]] |= keep[:v]
-        rank_of_old = rank_of_old[held[rank_of_old]]
         k = rank_of_old.shape[0]
         reserve = k if isinstance(order, str) and order == "rare-first" else 0
         new_id = np.full(v, -1, np.int32)
         new_id[rank_of_old] = np.arange(reserve, reserve + k, dtype=np.int32)
-        table = self.vocab_table()
-        table.renumber(new_id)
+        # a table mostly of dropped keys is not brought up to date and renumbered, but made anew
+        # from the live ones (after churn: ~9 ms of 25 for a rebuild at 1,190 subscriptions)
+        fresh = max(len(self._table), v) > 2 * k + 4096
+        if not fresh:
+            self.vocab_table().renumber(new_id)
         if self.n_terms:  # (a freed clause block may hold -1, a dropped term: it is never read)
             t = self.terms[: self.n_terms]
             ok = t >= 0
             t[ok] = new_id[t[ok]]
-        ranked = np.array(self.vocab_terms, dtype=object)[rank_of_old].tolist()
+        terms = self.vocab_terms
+        ranked = [terms[i] for i in rank_of_old.tolist()]
         self.vocab = dict(zip(ranked, range(reserve, reserve + k), strict=True))
         self.vocab_terms = [None] * reserve + ranked
         self._reserve_left = reserve
-        self._reserved_new = []  # (the table was brought up to date above, then renumbered)
-        if len(table) > 2 * k + 4096:  # mostly dropped keys: start a table of the live ones
+        self._reserved_new = []  # (the table was brought up to date above, or is made anew)
+        if fresh:
             self._table, self._table_ids = VocabTable(), reserve
         else:
             self._table_ids = reserve + k
