@@ -153,6 +153,8 @@ class RayShard:
         n = await self._call(self.actor.load_rows.remote(rows, now, list(tags)), limit)
         if self.use_channel and self._channel is None:  # opened now, not by the first round
             self._channel = asyncio.ensure_future(self._open())
+            # (a failure is the next round's to see, ``_failed``; none may come: not logged)
+            self._channel.add_done_callback(lambda f: f.cancelled() or f.exception())
         return n
 
     async def stats(self) -> dict[str, Any]:
