@@ -123,3 +123,30 @@ def test_after_a_rare_first_renumbering_a_new_term_ranks_before_every_older_one(
     store.reorder_terms("frequency")  # no reserve in the other orders
     assert sorted(store.vocab.values()) == list(range(len(store.vocab)))
     assert None not in store.vocab_terms
+
+
+def test_after_churn_a_renumbering_makes_the_table_anew_with_the_live_terms_only():
+    """5,900 of 6,000 single-term subscriptions leave (plus terms only a message holds, kept):
+    the renumbering drops the dead terms, its table is made anew rather than updated, and it
+    finds exactly the live and kept terms under their new ids (an explicit order's term that no
+    one holds is not ranked), then terms added after it."""
+    for order in ("rare-first", "frequency", "alphabetical", ["k5999", "k3"]):
+        store = SubscriptionStore()
+        for i in range(6_000):
+            store.add(Subscription(f"s{i}", ((f"k{i}", f"c{i % 3}"),), Rect(0, 0, 1, 1)))
+        store.vocab_table()  # (the table knew some of the terms before: half of them)
+        for i in range(3_000, 6_000):
+            store.term_id(f"late{i}")  # (terms the table has not been told of)
+        for i in range(100, 6_000):
+            store.remove(f"s{i}")
+        keep = np.zeros(len(store.vocab_terms), np.bool_)
+        keep[store.vocab["late3000"]] = True  # a term a live message holds
+        new_id = store.reorder_terms(order, keep)
+        live = [f"k{i}" for i in range(100)] + ["c0", "c1", "c2", "late3000"]
+        assert sorted(t for t in store.vocab_terms if t is not None) == sorted(live)
+        assert (new_id >= 0).sum() == len(live)
+        for i in range(1_000, 6_000, 1_000):  # dropped, then seen again after the renumbering
+            store.term_id(f"k{i}")
+        ids = store.vocab_table().lookup(live + ["k100", "k5999", "k1000", "late3001"])
+        want = [store.vocab[t] for t in live] + [-1, -1, store.vocab["k1000"], -1]
+        assert ids.tolist() == want, order
