@@ -8,7 +8,7 @@ rect message overlaps) plus its dummy cell. Leaves verify keywords (a per-messag
 region exactly; a per-subscription stamp reports each subscription once per message even when
 several DNF clauses or replicated entries match.
 
-Two shortcuts, both exact:
+The shortcuts, all exact:
 
 * **The direct table of a wide k-node** (the root on rare-term text: one cut per keyword,
   hundreds of thousands of them). Finding a keyword's cut is a binary search, ~18 dependent
@@ -26,6 +26,11 @@ Two shortcuts, both exact:
   the tree is as it was when it was made, and an empty one otherwise. A leaf reached this way
   is traced like one reached through its cut (the AP+-Tree stores messages on the nodes a
   message's trace names, in any order).
+* **Loads started ahead.** The leaves by term of the next messages are known before they are
+  scanned, so the kernel asks for them a few messages early (``shard.prefetch``): the term
+  rows of message q + 6, the first records of the leaves of message q + 3. Their misses then
+  overlap each other and the work in between instead of following one another (the default
+  workload's kernel 19 % faster, places' 7 %, docs/BENCHMARKS.md).
 * **No per-subscription stamp for a single-clause subscription and a point message.** A point
   reaches one cell of every s-node and one cut (or the dummy) of every k-node per keyword
   offset, and a clause lies in exactly one of those, so it is verified at most once; only a
@@ -72,6 +77,7 @@ from shard.aptree.layout import (
 )
 from shard.aptree.partition import cell_of, cell_range
 from shard.geometry import KIND_CIRCLE, exact_hit
+from shard.prefetch import prefetch
 
 
 @njit(cache=True)
@@ -232,6 +238,18 @@ def direct_leaves(T, S, u):
     return out
 
 
+PREFETCH_TERMS_AHEAD = 6
+"""The kernels ask for the rows of a message's terms (its term stamps, its leaves by term or
+its direct-table entries) this many messages ahead ..."""
+PREFETCH_LEAVES_AHEAD = 3
+"""... and for the first ``PREFETCH_LINES`` records of its leaves by term this many ahead.
+Chosen on the 1M workloads (places, default, Zipf; docs/BENCHMARKS.md, twenty-third session):
+6 / 3 / 8 against 2 / 1 / 2, 4 / 2 / 2-8, 8 / 4 / 3-10 and 16 / 8 / 8 were within 2 % of each
+other on places and the default workload and faster than none by 7-20 %; Zipf (whose time is its
+matches) gained nothing either way."""
+PREFETCH_LINES = 8
+"""Records (64 bytes: a cache line each) of a leaf asked for ahead; the CPU's own prefetcher
+follows a longer leaf once the scan reads it in order."""
 D3_DUMMY_KEY = 3
 """``direct_leaves``' column: 1 where the term is a dummy clause's keyword at the node."""
 NO_LEAVES = np.full((0, 4), -1, np.int64)
@@ -288,6 +306,23 @@ def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start,
     tr_n = np.empty(cap, np.int32)
     tr_d = np.zeros(cap, np.bool_)
     for q in range(nm):
+        # the loads of the messages ahead, started now (module docstring): the rows of
+        # the terms of message q + PREFETCH_TERMS_AHEAD, the first records of the leaves
+        # of message q + PREFETCH_LEAVES_AHEAD (whose rows were asked for earlier)
+        if q + PREFETCH_TERMS_AHEAD < nm:
+            for i in range(m_off[q + PREFETCH_TERMS_AHEAD], m_off[q + PREFETCH_TERMS_AHEAD + 1]):
+                w = m_terms[i]
+                prefetch(TM, w)
+                if w < D3.shape[0]:
+                    prefetch(D3, w)
+                elif w < DIR.shape[0]:
+                    prefetch(DIR, w)
+        if q + PREFETCH_LEAVES_AHEAD < nm and D3.shape[0] > 0:
+            for i in range(m_off[q + PREFETCH_LEAVES_AHEAD], m_off[q + PREFETCH_LEAVES_AHEAD + 1]):
+                w = m_terms[i]
+                if w < D3.shape[0] and D3[w, 0] >= 0:
+                    for k in range(D3[w, 1], D3[w, 1] + min(PREFETCH_LINES, D3[w, 2])):
+                        prefetch(LB, k)
         stamp += 1
         t0 = m_off[q]
         t1 = m_off[q + 1]
