@@ -166,6 +166,12 @@ def test_bench_match_invlist_and_beside_the_aptree(tmp_path, capsys):
     v = r["invlist"]
     assert v["pairs"] == v["aptree_pairs"] == r["pairs"] == len(want)
     assert v["identical"] and v["us_per_msg"] > 0
+    for p in (r["phases"], v["phases"]):  # the shard's answer (tags) beside the ids
+        assert p["tags_us"] > 0
+        assert p["answer_us"] == round(p["encode_us"] + p["kernel_us"] + p["tags_us"], 2)
+    assert v["aptree_answer_speedup"] == round(
+        v["phases"]["answer_us"] / r["phases"]["answer_us"], 2
+    )
     b = r["baseline"]
     assert b["identical"] and b["brute_pairs"] == b["aptree_pairs"] == b["invlist_pairs"]
 
