@@ -16,7 +16,19 @@ import shard.aptree.tree as tree_module
 from shard.applus import APPlusTree, recentre
 from shard.applus.mlists import FIX_DEG, NO_POINT, UNSURE, _hits_rounded
 from shard.aptree import APTree
-from shard.aptree.layout import C_NODES, C_ROOT, F_NCH, F_WD_CUR, F_WD_OLD, LEAF, T_CNT, T_NI
+from shard.aptree.layout import (
+    C_CH,
+    C_GARBAGE,
+    C_LI,
+    C_NODES,
+    C_ROOT,
+    F_NCH,
+    F_WD_CUR,
+    F_WD_OLD,
+    LEAF,
+    T_CNT,
+    T_NI,
+)
 from shard.aptree.partition import moving_penalty
 from shard.brute import subscription_matches
 from shard.errors import NotFoundError, ValidationError
@@ -465,6 +477,38 @@ def test_a_dummy_is_promoted_once_it_holds_its_share_before_any_kl_check():
     assert tree.stats()["promotions"] >= 2 and waiting < 40, (tree.stats(), waiting)
     mirror.assert_exact()
     tree.check_invariants()
+
+
+def test_a_tree_growing_by_promotions_compacts_its_pools(monkeypatch):
+    """Each promotion of the root's dummy cut copies the root's whole cut list and orphans the
+    old one; a tree growing one by one with new keywords must compact its pools once that
+    garbage outgrows the live slots ``COMPACT_GARBAGE_RATIO`` times (a rule that could never
+    hold let a tree of 200,000 keep 39 million orphaned slots). The floor is lowered so that a
+    small tree reaches it; between two checks (``HOUSEKEEPING_EVERY`` updates) at most a few
+    promotions add to the garbage."""
+    monkeypatch.setattr(tree_module, "COMPACT_MIN_GARBAGE", 1_000)
+    rng = random.Random(8)
+    base = [
+        _sub(f"b{i}", [f"a{i % 1000}"], (x, y, x + 1, y + 1))
+        for i in range(3000)
+        for x, y in [(rng.uniform(-75, 75), rng.uniform(-37, 37))]
+    ]
+    tree = APPlusTree.build(base)
+    subs = list(base)
+    worst = 0.0
+    for i in range(2500):
+        x, y = rng.uniform(-75, 75), rng.uniform(-37, 37)
+        s = _sub(f"n{i}", [f"fresh{i}", f"a{i % 1000}"], (x, y, x + 2, y + 2))
+        tree.subscribe(s, 1.0)
+        subs.append(s)
+        CNT = tree._tree[T_CNT]
+        used = int(CNT[C_CH] + CNT[C_LI])
+        live = used - int(CNT[C_GARBAGE])
+        worst = max(worst, used / live)
+    assert tree.stats()["promotions"] >= 20, tree.stats()
+    bound = 1 + tree_module.COMPACT_GARBAGE_RATIO
+    assert worst <= bound + 1.0, (worst, tree.stats())  # (+1: promotions between two checks)
+    _assert_matches_like_the_oracle(tree, subs, rng)
 
 
 def _assert_matches_like_the_oracle(tree, subs, rng: random.Random, n: int = 40) -> None:

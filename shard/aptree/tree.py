@@ -88,6 +88,14 @@ HOUSEKEEPING_EVERY = 64
 """Updates between two checks of pool garbage and of the KL size floor (each costs a few us)."""
 COMPACT_MIN_GARBAGE = 1 << 16
 """Pool slots orphaned before a compaction is considered (it costs one pass over the tree)."""
+COMPACT_GARBAGE_RATIO = 2
+"""The pools are compacted once their orphaned slots outnumber the live ones this many times
+(so they hold at most ``1 + COMPACT_GARBAGE_RATIO`` times what is live). Each promotion of a
+wide root's dummy cut orphans the whole cut list (``maintain.promote_dummy``), so at 1 (the
+first rule) a tree growing by subscribes compacted after nearly every promotion (~7 us an
+insert on places); the twenty-first session's rule (garbage above *all* the used slots, which
+include it) could never hold, and a tree of 200,000 grown one by one kept 39 million orphaned
+cut slots (~1.1 GB). Chosen in the twenty-third session (docs/BENCHMARKS.md)."""
 REBUILD_WHOLE_MIN = 1_000
 REBUILD_WHOLE_MAX = 200_000
 """A tree grown by subscribes is rebuilt whole each time it has grown ``DEFAULT_GROWTH`` times
@@ -427,10 +435,11 @@ class APTree:
 
     def _compact_if_needed(self) -> None:
         CNT = self._tree[T_CNT]
-        # leaf moves, rebuilds and promotions orphan pool slices; copy the live ones once the
-        # garbage outgrows them (at half of them, a tree growing by subscribes was compacted
-        # after nearly every promotion of its root's cut list: ~7 us an insert, places)
-        if CNT[C_GARBAGE] > max(COMPACT_MIN_GARBAGE, CNT[C_LI] + CNT[C_CH]):
+        # leaf moves, rebuilds and promotions orphan pool slices (counted among the used ones);
+        # copy the live ones once the garbage outgrows them (``COMPACT_GARBAGE_RATIO``)
+        garbage = int(CNT[C_GARBAGE])
+        live = int(CNT[C_LI] + CNT[C_CH]) - garbage
+        if garbage > max(COMPACT_MIN_GARBAGE, COMPACT_GARBAGE_RATIO * live):
             self._tree = compact(self._tree)
 
     def _extend_pw(self) -> None:
