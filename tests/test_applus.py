@@ -454,7 +454,7 @@ def test_a_dummy_is_promoted_once_it_holds_its_share_before_any_kl_check():
         for i in range(3000)
         for x, y in [(rng.uniform(-75, 75), rng.uniform(-37, 37))]  # spread: a k-node root
     ]
-    tree = APPlusTree.build(base)
+    tree = APPlusTree.build(base, theta_p=40)
     NI = tree._tree[T_NI]
     root = int(tree._tree[T_CNT][C_ROOT])
     assert NI[root, F_NCH] == 1000  # one cut per keyword; the share's floor θp = 40 applies
@@ -493,7 +493,7 @@ def test_a_tree_growing_by_promotions_compacts_its_pools(monkeypatch):
         for i in range(3000)
         for x, y in [(rng.uniform(-75, 75), rng.uniform(-37, 37))]
     ]
-    tree = APPlusTree.build(base)
+    tree = APPlusTree.build(base, theta_p=40)  # (a promotion every 40 new keywords)
     subs = list(base)
     worst = 0.0
     for i in range(2500):

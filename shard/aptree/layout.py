@@ -120,8 +120,13 @@ frequency, so that the first partition files each clause under its rarest keywor
 keyword-first inverted list does. The paper's default is decreasing frequency (Sect. 5.1.1),
 which files a clause under its commonest keyword; measured in docs/BENCHMARKS.md."""
 
-DEFAULT_THETA_P = 40
-"""θp, a node with fewer subscriptions is a leaf. The paper's value (Sect. 5.1.2, Fig. 10b)."""
+DEFAULT_THETA_P = 160
+"""θp, a node with fewer subscriptions is a leaf. The paper's value is 40 (Sect. 5.1.2, Fig.
+10b); with leaf entries carrying their records and the kernel loading leaves ahead
+(``shard.aptree.match``), visiting a node costs several verifications, and 160 matched faster
+on every 1M workload measured: kernel −10 % on places, −13 % on Zipf, level to −10 % on the
+default workload; 80, 120 and 240 in between or level; 20 slower; inserts one by one +20 %
+(docs/BENCHMARKS.md, twenty-third session; docs/APTREE.md, departure 15)."""
 
 DEFAULT_THETA_KL = 0.001
 """θKL, KL-divergence of a node's cut/cell weights that triggers its reconstruction (paper)."""
