@@ -1,7 +1,7 @@
 """The shard's warm-up (``shard.host.warmup``) leaves nothing to compile for a client's rounds:
 in a fresh interpreter, after ``warm_up_shard``, a shard growing by single subscribes through a
-whole rebuild with a vocabulary of thousands of terms, publishing, moving and unsubscribing,
-adds no type signature to any compiled kernel (each one would be a compile, or a load from
+whole rebuild with a vocabulary of thousands of terms and compactions of its pools, publishing,
+moving and unsubscribing, adds no type signature to any compiled kernel (each one would be a compile, or a load from
 numba's cache, of tens of milliseconds inside a round)."""
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ kernels = {
 }
 warm_up_shard({})
 before = {k: {str(s) for s in v.signatures} for k, v in kernels.items()}
+import shard.aptree.tree as tree_module  # a compaction of the pools at every housekeeping
+tree_module.COMPACT_MIN_GARBAGE = tree_module.COMPACT_GARBAGE_RATIO = 0
 st = ShardState(0)
 now = 100.0
 for i in range(1_300):  # one a round, each with a new term: a whole rebuild at 1,000

@@ -440,7 +440,17 @@ class APTree:
         garbage = int(CNT[C_GARBAGE])
         live = int(CNT[C_LI] + CNT[C_CH]) - garbage
         if garbage > max(COMPACT_MIN_GARBAGE, COMPACT_GARBAGE_RATIO * live):
-            self._tree = compact(self._tree)
+            self.compact_pools()
+
+    def compact_pools(self) -> None:
+        """Copy the live slices of the pools into fresh arrays now, dropping the orphaned ones
+        (what housekeeping does once they outnumber the live ones ``COMPACT_GARBAGE_RATIO``
+        times). Node ids do not change. O(nodes + live slots).
+
+        >>> t = APTree(); t.compact_pools(); t.stats()["garbage_slots"]
+        0
+        """
+        self._tree = compact(self._tree)
 
     def _extend_pw(self) -> None:
         v = len(self.store.vocab_terms)

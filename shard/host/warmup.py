@@ -4,8 +4,8 @@ numba compiles a kernel at its first call; on a fresh checkout (no ``__pycache__
 move and m-list kernels take tens of seconds to compile, which a first client would otherwise wait
 out (and time out on). ``warm_up_shard`` drives a throwaway ``ShardState`` through every kind of
 operation: a bulk build, subscribe, publish, moves that split and collapse leaves, detach,
-unsubscribe, expiry and a purge; then a root wide enough for the direct tables and a vocabulary
-outgrowing its first hash table (``tests/test_warmup.py`` checks that a growing shard compiles
+unsubscribe, expiry and a purge; then a root wide enough for the direct tables, a compaction of
+its pools and a vocabulary outgrowing its first hash table (``tests/test_warmup.py`` checks that a growing shard compiles
 nothing after it). With a warm cache it takes well under a second.
 """
 
@@ -80,6 +80,9 @@ def warm_up_shard(options: dict[str, Any] | None = None) -> None:
     )
     wide.publish_batch([Message("d", ("k3", "k9"), Point(0.5, 0.5), ttl=1.0)], 0.0)
     wide.publish_batch([Message("e", ("k4",), Point(0.5, 0.5))], 0.0)
+    # the pools' compaction, which a shard growing by subscribes reaches in some round
+    # (its dummy promotions orphan the root's cut list; ~1 s to compile, tens of ms to load)
+    wide.tree.compact_pools()
     # a vocabulary outgrowing its first hash table (a growing shard's whole rebuild, its first
     # thousand terms): the table's rehash, loaded here instead of in that round
     table = VocabTable()
