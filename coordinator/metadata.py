@@ -49,74 +49,127 @@ by line breaks; a JSON text holds none). Reads only; touches keys it does not de
 single Redis allows."""
 
 
-PUT_SCRIPT = b"""#!lua
+SETS_LUA = """
+local function each(cmd, key, list)
+  for a = 1, #list, 1000 do
+    redis.call(cmd, key, unpack(list, a, math.min(a + 999, #list)))
+  end
+end
+"""
+"""``each(cmd, key, list)``: ``cmd key member ...`` over ``list``, 1,000 members a command (Lua's
+``unpack`` takes ~8,000): a set changed once a batch, not once a member."""
+
+PUT_SCRIPT = (
+    "#!lua\n"
+    + SETS_LUA
+    + """
 local prefix, subs, eph, stamp, untold = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local ids, flag, flagged = {}, {}, {}
 for i = 6, #ARGV, 4 do
   local id = ARGV[i]
   local k = prefix .. id
-  if untold ~= '' then
-    if redis.call('HEXISTS', k, 'told') == 0 then
-      redis.call('HSET', k, 'told', redis.call('HGET', k, 'sub') or '')
+  if redis.call('EXISTS', k) == 0 then
+    if untold ~= '' then
+      redis.call('HSET', k, 'created', stamp, 'sub', ARGV[i + 1], 'shards', ARGV[i + 2],
+        'updated', stamp, 'told', '', 'pending', '1')
+    else
+      redis.call('HSET', k, 'created', stamp, 'sub', ARGV[i + 1], 'shards', ARGV[i + 2],
+        'updated', stamp)
     end
-    redis.call('HINCRBY', k, 'pending', 1)
-    redis.call('SADD', untold, id)
+  else
+    if untold ~= '' then
+      if redis.call('HEXISTS', k, 'told') == 0 then
+        redis.call('HSET', k, 'told', redis.call('HGET', k, 'sub') or '')
+      end
+      redis.call('HINCRBY', k, 'pending', 1)
+    end
+    redis.call('HSETNX', k, 'created', stamp)
+    redis.call('HSET', k, 'sub', ARGV[i + 1], 'shards', ARGV[i + 2], 'updated', stamp)
   end
-  redis.call('HSETNX', k, 'created', stamp)
-  redis.call('HSET', k, 'sub', ARGV[i + 1], 'shards', ARGV[i + 2], 'updated', stamp)
-  redis.call('SADD', subs, id)
-  if ARGV[i + 3] == '1' then
-    redis.call('SADD', eph, id)
-  elseif ARGV[i + 3] == '0' then
-    redis.call('SREM', eph, id)
+  ids[#ids + 1] = id
+  local f = ARGV[i + 3]
+  if f ~= '-' then
+    if flag[id] == nil then flagged[#flagged + 1] = id end
+    flag[id] = f
   end
 end
+each('SADD', subs, ids)
+if untold ~= '' then each('SADD', untold, ids) end
+local on, off = {}, {}
+for _, id in ipairs(flagged) do
+  if flag[id] == '1' then on[#on + 1] = id else off[#off + 1] = id end
+end
+each('SADD', eph, on)
+each('SREM', eph, off)
 return 1
 """
+).encode()
 """``put_subscriptions``: ARGV = hash key prefix, the id set, the ephemeral set, the stamp, the
 untold set (empty: no marks), then per subscription its id, JSON, shards and ephemeral flag ('1',
-'0', '-': unchanged). With an untold set, each subscription is *marked* until the rounds that
+'0', '-': unchanged; an id given twice: its last flag counts). With an untold set, each
+subscription is *marked* until the rounds that
 tell its subscriber of the change are written (``RoundLog.append`` unmarks it): ``told`` keeps
 the subscription as it was before the first change not yet told ('' : none), ``pending`` counts
 the changes on their way, and the id is in the untold set (``coordinator.outages``). The
 ``#!lua`` line gives it (empty) flags, so that Redis checks its maxmemory once, before the
 script runs, and then lets it finish: a script without flags is refused at its first write past
-maxmemory, after the writes before it. The field names are ``shard.metadata_codec``'s."""
+maxmemory, after the writes before it. The field names are ``shard.metadata_codec``'s.
 
-UNMARK_LUA = """
-local function unmark(key, untold, id, force)
+A new subscription costs two commands (EXISTS, one HSET of all its fields) and the sets one
+command a batch: nine commands a subscription, each also appended to the AOF, cost Redis
+17 µs of CPU a subscription in batched Subscribes (docs/BENCHMARKS.md)."""
+
+UNMARK_LUA = (
+    SETS_LUA
+    + """
+local unmarked = {}
+local function unmark(key, id, force)
   if redis.call('EXISTS', key) == 0 then
-    redis.call('SREM', untold, id)
+    unmarked[#unmarked + 1] = id
   elseif force or redis.call('HINCRBY', key, 'pending', -1) <= 0 then
     redis.call('HDEL', key, 'told', 'pending')
-    redis.call('SREM', untold, id)
+    unmarked[#unmarked + 1] = id
   end
 end
+local function untell(untold)
+  each('SREM', untold, unmarked)
+  unmarked = {}
+end
 """
-"""Clears a subscription's untold mark (``PUT_SCRIPT``) once no change is pending (a gone
-subscription: its id leaves the set)."""
+)
+"""``unmark(key, id, force)`` clears a subscription's untold mark (``PUT_SCRIPT``) once no change
+is pending (a gone subscription's too); ``untell(untold)`` then takes the ids so cleared out of
+the untold set, in one command."""
 UNMARK_SCRIPT = (
     UNMARK_LUA
     + """
-for i = 4, #ARGV do unmark(ARGV[1] .. ARGV[i], ARGV[2], ARGV[i], ARGV[3] == '1') end
+for i = 4, #ARGV do unmark(ARGV[1] .. ARGV[i], ARGV[i], ARGV[3] == '1') end
+untell(ARGV[2])
 return 1
 """
 ).encode()
 """``Metadata.unmark``: ARGV = hash key prefix, the untold set, force ('1' / '0'), the ids."""
 
-DELETE_SCRIPT = b"""#!lua flags=allow-oom
+DELETE_SCRIPT = (
+    "#!lua flags=allow-oom\n"
+    + SETS_LUA
+    + """
 local prefix, pos, subs, eph = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local ids, keys = {}, {}
 for i = 5, #ARGV do
-  local id = ARGV[i]
-  redis.call('DEL', prefix .. id)
-  redis.call('HDEL', pos, id)
-  redis.call('SREM', subs, id)
-  redis.call('SREM', eph, id)
+  ids[#ids + 1] = ARGV[i]
+  keys[#keys + 1] = prefix .. ARGV[i]
 end
+for a = 1, #keys, 1000 do redis.call('DEL', unpack(keys, a, math.min(a + 999, #keys))) end
+each('HDEL', pos, ids)
+each('SREM', subs, ids)
+each('SREM', eph, ids)
 return 1
 """
+).encode()
 """``delete_subscriptions``: ARGV = hash key prefix, the position hash, the id set, the ephemeral
 set, then the ids. ``allow-oom``: a full Redis must still let subscriptions go (each command
-frees memory)."""
+frees memory). Four commands a thousand ids."""
 
 REDIS_RETRIES = 1
 """Retries of a command that failed on a broken connection or timed out (a connection left

@@ -13,6 +13,7 @@ them, and the score a delivery carries.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 
 from geopubsub.convert import from_proto_message
 from geopubsub.v1 import geopubsub_pb2 as pb
@@ -32,16 +33,23 @@ class TermCounts:
         self.n = 0
 
     @staticmethod
-    def _terms(sub: Subscription) -> set[str]:
-        return {t for clause in sub.clauses for t in clause}
+    def _terms(sub: Subscription) -> Iterable[str]:
+        clauses = sub.clauses
+        if len(clauses) == 1:  # (a clause's terms are distinct already)
+            return clauses[0]
+        return {t for clause in clauses for t in clause}
 
     def add(self, sub: Subscription) -> None:
         self.n += 1
-        self.df.update(self._terms(sub))
+        df = self.df
+        for t in self._terms(sub):  # (``Counter.update`` checks its argument's type first: 2x)
+            df[t] = df.get(t, 0) + 1
 
     def remove(self, sub: Subscription) -> None:
         self.n -= 1
-        self.df.subtract(self._terms(sub))
+        df = self.df
+        for t in self._terms(sub):
+            df[t] = df.get(t, 0) - 1
 
     def weights(self, sub: Subscription) -> Subscription:
         """``sub`` with idf weights if it is ranked and has none (else ``sub`` itself).

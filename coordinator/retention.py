@@ -72,7 +72,7 @@ local n = ARGV[1]
 redis.call('SET', ARGV[2] .. n, ARGV[3], 'EX', ARGV[4])
 redis.call('SET', ARGV[5], n)
 local i = 10
-local function each(cmd, key, width)
+local function groups(cmd, key, width)
   local stop = i + 1 + width * tonumber(ARGV[i])
   i = i + 1
   while i < stop do
@@ -81,14 +81,14 @@ local function each(cmd, key, width)
     i = j + 1
   end
 end
-each('HSET', ARGV[6], 2)
-each('HSET', ARGV[7], 2)
+groups('HSET', ARGV[6], 2)
+groups('HSET', ARGV[7], 2)
 local gone = i
-each('HDEL', ARGV[7], 1)
+groups('HDEL', ARGV[7], 1)
 i = gone
-each('HDEL', ARGV[9], 1)
-each('HSET', ARGV[8], 2)
-each('HSET', ARGV[9], 2)
+groups('HDEL', ARGV[9], 1)
+groups('HSET', ARGV[8], 2)
+groups('HSET', ARGV[9], 2)
 local function per_key(cmd, width)
   local stop = i + 1 + width * tonumber(ARGV[i])
   i = i + 1
@@ -108,7 +108,8 @@ while i < noted do
   i = i + 3
 end
 local told = i + 3 + tonumber(ARGV[i])
-for j = i + 3, told - 1 do unmark(ARGV[i + 1] .. ARGV[j], ARGV[i + 2], ARGV[j], false) end
+for j = i + 3, told - 1 do unmark(ARGV[i + 1] .. ARGV[j], ARGV[j], false) end
+untell(ARGV[i + 2])
 i = told
 while i <= #ARGV do
   redis.call('DEL', ARGV[2] .. ARGV[i])
@@ -131,7 +132,8 @@ ADOPT_SCRIPT = (
     + """
 local n = tonumber(ARGV[3])
 for i = 4, 3 + 3 * n, 3 do redis.call('HSETNX', ARGV[i], ARGV[i + 1], ARGV[i + 2]) end
-for i = 4 + 3 * n, #ARGV do unmark(ARGV[1] .. ARGV[i], ARGV[2], ARGV[i], true) end
+for i = 4 + 3 * n, #ARGV do unmark(ARGV[1] .. ARGV[i], ARGV[i], true) end
+untell(ARGV[2])
 return 1
 """
 ).encode()

@@ -32,7 +32,7 @@ from shard.limits import (
 )
 from shard.polygon_rings import Rings, rings_bbox, validate_polygon
 from shard.ranking import validate_ranking
-from shard.terms import check_term, message_terms, normalize_term
+from shard.terms import ascii_keyword_terms, check_term, message_terms, normalize_term
 
 
 class Sign(enum.IntEnum):
@@ -329,6 +329,9 @@ def validate_keywords(field: str, value: Any) -> tuple[tuple[str, ...], tuple[st
         raise ValidationError(field, value, "must be a list of strings")
     if not 1 <= len(value) <= MAX_KEYWORDS:
         raise ValidationError(field, value, f"must hold 1-{MAX_KEYWORDS} keywords")
+    fast = ascii_keyword_terms(value)  # (the common case, in a few calls)
+    if fast is not None:
+        return tuple(value), fast
     norm = set()
     for i, kw in enumerate(value):
         if not isinstance(kw, str):

@@ -53,7 +53,7 @@ def message_terms(keywords: Iterable[str], text: str | None) -> tuple[str, ...]:
     ('ipad', 'sale', 'today')
     """
     if not text and isinstance(keywords, tuple | list) and keywords:
-        fast = _ascii_keyword_terms(keywords)
+        fast = ascii_keyword_terms(keywords)
         if fast is not None:
             return fast
     return _terms(keywords, text)
@@ -81,10 +81,11 @@ def _terms(keywords: Iterable[str], text: str | None) -> tuple[str, ...]:
     return tuple(sorted(terms))
 
 
-def _ascii_keyword_terms(keywords: Sequence[str]) -> tuple[str, ...] | None:
+def ascii_keyword_terms(keywords: Sequence[str]) -> tuple[str, ...] | None:
     """``message_terms(keywords, None)`` for ASCII keywords that are all valid, in a few calls
-    over the joined keywords (the publish path's common case); None for anything else, which
-    the general path then checks and names."""
+    over the joined keywords (the publish and subscribe paths' common case: a subscription's
+    keywords are normalized the same way, ``shard.model.validate_keywords``); None for anything
+    else, which the general path then checks and names."""
     try:
         joined = _SEP.join(keywords)
     except TypeError:  # a keyword that is not a string

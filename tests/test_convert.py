@@ -12,7 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from geopubsub.convert import (
+    _keywords_in_rect,
     _message_via_dict,
+    _subscription_via_dict,
     from_proto_delivery,
     from_proto_location_request,
     from_proto_location_update,
@@ -454,6 +456,58 @@ def test_message_fast_path_equals_the_workload_form_validation():
             assert fast == slow, (m, max_ttl_s)
             seen[fast[0]] += 1
     assert seen["ok"] > 3000 and seen["error"] > 4000, seen
+
+
+def _subscription_cases():
+    """Subscriptions around every check of the fast path (ASCII keywords in a rect), valid and
+    not, and ones it leaves to the general path."""
+    rng = random.Random(6)
+    ids = ["s1", "", "x" * 128, "x" * 129, "tab\there", "é"]
+    keyword_sets = [
+        [], ["iPad"], ["iPad", "Sale", "ipad"], ["ＩＰＡＤ", "Straße"], [" "], [" a "], ["a" * 64],
+        ["a" * 65], ["x"] * 17, [f"k{i}" for i in range(16)], ["a\x1fb"], ["tab\tx"],
+    ]  # fmt: skip
+    coords = [0.0, -0.0, 180.0, -180.0, 180.0001, 90.0, -90.0, 90.5, math.nan, math.inf, 1.0]
+    for i in range(6000):
+        valid = i < 1500
+        sub = pb.Subscription(
+            id=f"s{i}" if valid else rng.choice(ids),
+            keywords=rng.choice(keyword_sets[1:3] if valid else keyword_sets),
+            moving=rng.random() < 0.3,
+        )
+        if not valid and rng.random() < 0.1:
+            sub.expr = "a OR b"
+        if rng.random() < 0.9:
+            if valid:
+                x, y = rng.uniform(-180, 179), rng.uniform(-90, 89)
+                box = (x, y, x + rng.uniform(0, 1), y + rng.uniform(0, 1))
+            else:
+                box = tuple(rng.choice(coords) for _ in range(4))
+            sub.rect.CopyFrom(
+                pb.Rect(min_lon=box[0], min_lat=box[1], max_lon=box[2], max_lat=box[3])
+            )
+        else:
+            sub.circle.CopyFrom(pb.Circle(lon=1, lat=2, radius_m=rng.choice([5.0, -1.0])))
+        if not valid and rng.random() < 0.1:
+            setattr(sub, rng.choice(["threshold", "alpha"]), 0.5)
+        yield sub
+
+
+def test_subscription_fast_path_equals_the_workload_form_validation():
+    def outcome(f, *args, **kwargs):
+        try:
+            return "ok", f(*args, **kwargs)
+        except ValidationError as e:
+            return "error", (e.field, str(e))
+
+    seen = {"ok": 0, "error": 0, "fast": 0}
+    for sub in _subscription_cases():
+        fast = outcome(from_proto_subscription, sub, field="subscriptions[3]")
+        slow = outcome(_subscription_via_dict, sub, "subscriptions[3]")
+        assert fast == slow, sub
+        seen[fast[0]] += 1
+        seen["fast"] += _keywords_in_rect(sub) is not None
+    assert seen["ok"] > 1400 and seen["error"] > 4000 and seen["fast"] > 1200, seen
 
 
 def test_location_requests_single_or_batched_name_the_bad_move():
