@@ -282,9 +282,17 @@ class Engine:
     def subscribe(self, sub: Subscription) -> asyncio.Future:
         return self.subscribe_many([sub])[0]
 
-    def subscribe_many(self, subs: Sequence[Subscription]) -> list[asyncio.Future]:
-        """Register a batch in order, all or nothing (OverloadedError queues none of it)."""
-        return self._submit_many([Op("sub", s, self._future()) for s in subs])
+    def subscribe_many(
+        self, subs: Sequence[Subscription], placed: Sequence[tuple[int, ...]] | None = None
+    ) -> list[asyncio.Future]:
+        """Register a batch in order, all or nothing (OverloadedError queues none of it).
+        ``placed``: each one's ``router.shards_of_region``, when the caller has them."""
+        if placed is None:
+            return self._submit_many([Op("sub", s, self._future()) for s in subs])
+        future = self._future
+        return self._submit_many(
+            [Op("sub", s, future(), placed=p) for s, p in zip(subs, placed, strict=True)]
+        )
 
     def unsubscribe(self, sub_id: str) -> asyncio.Future:
         return self.unsubscribe_many([sub_id])[0]

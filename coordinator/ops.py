@@ -59,6 +59,9 @@ class Op:
     """A replayed message: shards it is not stored in again (they get it as a "redo")."""
     k: int = 0
     """A top-k publish ("topk"): how many subscriptions it goes to (``coordinator.topk``)."""
+    placed: tuple[int, ...] | None = None
+    """A subscription's shards as its Subscribe call computed them for Redis
+    (``Router.shards_of_region``; None: routing computes them)."""
     seq: int = -1
     """The order the engine routed it in (a "redo" operation: its item's first routing):
     what a shard missed of a subscription before it was unsubscribed is an old one's

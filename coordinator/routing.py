@@ -124,7 +124,7 @@ class Router:
         old = self.placement.get(s.id, ())
         if op is not None:
             op.prev, op.prev_at = self.subs.get(s.id), old
-        new = self.shards_of_region(s)
+        new = op.placed if op is not None and op.placed is not None else self.shards_of_region(s)
         for k in old:
             if k not in new:
                 send(k, ("detach", s.id))

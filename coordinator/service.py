@@ -98,22 +98,25 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
     @grpc_errors
     async def Subscribe(self, request, context):
         subs, ephemeral, batch = from_proto_subscribe_request(request)
-        subs = [self.engine.router.terms.weights(s) for s in subs]  # ranked: idf if none given
+        router = self.engine.router
+        weights = router.terms.weights
+        subs = [weights(s) for s in subs]  # ranked: idf if none given
         check_owned("subscriptions[{i}].id" if batch else "subscription.id", (s.id for s in subs))
         self.app.deliveries.check_writable()
         # Redis first (the source of truth), the batch in one transaction: a call that times
         # out while its round still applies it must not leave a subscription a restart forgets
-        placed = self.engine.router.shards_of_region
+        placed = [router.shards_of_region(s) for s in subs]
         # (each marked untold until the round that tells its subscriber is written: a
         # coordinator killed before that tells it after its restart, coordinator.outages)
         md = self.app.md
         await md.put_subscriptions(
-            [(s, placed(s)) for s in subs],
+            list(zip(subs, placed, strict=True)),
             ephemeral=ephemeral,
             mark=True,
         )
         try:
-            futs = self.engine.subscribe_many(subs)
+            engine = self.engine  # (a reload since brings another router: it places them)
+            futs = engine.subscribe_many(subs, placed if engine.router is router else None)
         except Exception:  # (queue full, stopping): no round will tell them
             with contextlib.suppress(Exception):
                 await md.unmark([s.id for s in subs])

@@ -5,10 +5,14 @@ validation of the workload form."""
 
 from __future__ import annotations
 
+import random
+from collections import Counter
+
 import hypothesis.strategies as st
 import pytest
 from hypothesis import given
 
+from coordinator.ranking import TermCounts
 from shard.errors import ValidationError
 from shard.model import Point, Rect, Subscription, subscription_from_dict, subscription_to_dict
 from shard.ranking import core_clauses, idf_weight, on_location, score
@@ -124,3 +128,30 @@ def test_the_filing_is_never_empty_at_the_slack_and_a_shard_rebuilds(alpha, eps)
     st.subscribe_batch([sub], 0.0)
     st.check_invariants()
     ShardState.restore(st.snapshot()).check_invariants()
+
+
+@pytest.mark.parametrize("fold_after", [1, 7, TermCounts.FOLD_AFTER])
+def test_term_counts_are_exact_whenever_read(fold_after, monkeypatch):
+    """Counted in bulk (queued changes folded when read, or when ``FOLD_AFTER`` wait): the
+    counts read are those of the subscriptions held, whatever came and went in between."""
+    monkeypatch.setattr(TermCounts, "FOLD_AFTER", fold_after)
+    rng = random.Random(fold_after)
+    tc, held = TermCounts(), {}
+    for step in range(3000):
+        if held and rng.random() < 0.4:
+            tc.remove(held.pop(rng.choice(sorted(held))))
+        else:
+            i = f"s{rng.randrange(400)}"
+            if i in held:
+                tc.remove(held.pop(i))
+            terms = [f"t{rng.randrange(30)}" for _ in range(rng.randint(1, 3))]
+            if rng.random() < 0.3:  # a DNF: a term in two clauses counts once
+                clauses = (tuple(sorted(set(terms))), tuple(sorted({terms[0], "t99"})))
+            else:
+                clauses = (tuple(sorted(set(terms))),)
+            held[i] = Subscription(i, clauses, Rect(0, 0, 1, 1))
+            tc.add(held[i])
+        if step % 97 == 0:
+            want = Counter(t for s in held.values() for t in {t for c in s.clauses for t in c})
+            got = {t: n for t, n in tc.df.items() if n}
+            assert got == dict(want) and tc.n == len(held), step
