@@ -80,7 +80,8 @@ from shard.aptree.layout import (
     T_WOLD,
 )
 from shard.aptree.partition import (
-    axis_partition,
+    axis_partition_sorted,
+    axis_sorted,
     cell_range,
     grid_cost,
     keyword_partition_heuristic,
@@ -456,11 +457,13 @@ def build_subtree(T, S, PW, SPX, SPY, params, root, items):
                         node_slots[i] = cl_sub[its[i]]
                 # the grid resolution is chosen by the cost model too: a coarse grid keeps large
                 # regions out of the dummy cell, a fine one filters small regions better
+                xs = axis_sorted(mx0, mx1)
+                ys = axis_sorted(my0, my1)
                 for gk in GRID_SIZES:
                     if gk > grid_k:
                         break
-                    bx = axis_partition(mx0, mx1, r[0], r[2], gk, spx)
-                    by = axis_partition(my0, my1, r[1], r[3], gk, spy)
+                    bx = axis_partition_sorted(xs[0], xs[1], xs[2], xs[3], r[0], r[2], gk, spx)
+                    by = axis_partition_sorted(ys[0], ys[1], ys[2], ys[3], r[1], r[3], gk, spy)
                     if bx.shape[0] <= 2 and by.shape[0] <= 2:
                         continue
                     # regions meeting too many cells join the dummy cell

@@ -142,10 +142,27 @@ def axis_partition(lo, hi, rlo, rhi, k, pts):
     """Cut the axis range [rlo, rhi] into at most k intervals for intervals [lo_i, hi_i] (clipped to
     the range). ``pts`` are sorted sample coordinates (empty: uniform). Returns the boundaries
     (rlo, b1, ..., rhi), strictly increasing. O(n log n)."""
-    n = lo.shape[0]
+    slo, shi, centres, cand = axis_sorted(lo, hi)
+    return axis_partition_sorted(slo, shi, centres, cand, rlo, rhi, k, pts)
+
+
+@njit(cache=True)
+def axis_sorted(lo, hi):
+    """What ``axis_partition_sorted`` takes for intervals [lo_i, hi_i]: their los, his and centres
+    sorted, and all their ends sorted. O(n log n), once for every grid size tried at a node
+    (sorting again for each was most of a build's time: docs/BENCHMARKS.md)."""
     slo = np.sort(lo)
     shi = np.sort(hi)
     centres = np.sort((lo + hi) * 0.5)
+    cand = np.concatenate((slo, shi))
+    cand.sort()
+    return slo, shi, centres, cand
+
+
+@njit(cache=True)
+def axis_partition_sorted(slo, shi, centres, cand, rlo, rhi, k, pts):
+    """``axis_partition`` of intervals given by ``axis_sorted``. O(k · candidates)."""
+    n = slo.shape[0]
     b = np.empty(k + 1)
     b[0] = rlo
     m = 1
@@ -159,11 +176,9 @@ def axis_partition(lo, hi, rlo, rhi, k, pts):
     bounds = b[:m].copy()
     if m <= 2:
         # the centres give no split (all equal): split at the first edge strictly inside
-        edges = np.concatenate((slo, shi))
-        edges.sort()
         found = False
         split = rlo
-        for c in edges:
+        for c in cand:
             if c > rlo and c < rhi:
                 found = True
                 split = c
@@ -172,8 +187,6 @@ def axis_partition(lo, hi, rlo, rhi, k, pts):
             return bounds
         bounds = np.array([rlo, split, rhi])
         m = 3
-    cand = np.concatenate((slo, shi))
-    cand.sort()
     for j in range(1, m - 1):
         a = bounds[j - 1]
         e = bounds[j + 1]
@@ -184,14 +197,26 @@ def axis_partition(lo, hi, rlo, rhi, k, pts):
         best = _overlap_count(slo, shi, a, cur) * _interval_prob(pts, a, cur, rlo, rhi) + (
             _overlap_count(slo, shi, cur, e) * _interval_prob(pts, cur, e, rlo, rhi)
         )
+        # _overlap_count(a, c) = #(lo <= c) - #(hi < a) and _overlap_count(c, e) = #(lo <= e) -
+        # #(hi < c): as c walks up the sorted candidates only #(lo <= c) and #(hi < c) change,
+        # and only grow; two pointers follow them (four binary searches a candidate were most of
+        # a build's time: docs/BENCHMARKS.md). The same counts, so the same boundaries.
+        hi_lt_a = np.searchsorted(shi, a, side="left")
+        lo_le_e = np.searchsorted(slo, e, side="right")
+        lo_le_c = np.searchsorted(slo, a, side="right")
+        hi_lt_c = hi_lt_a
         prev = a
         for t in range(i0, i1, step):
             c = cand[t]
             if c <= prev or c <= a or c >= e:
                 continue
             prev = c
-            v = _overlap_count(slo, shi, a, c) * _interval_prob(pts, a, c, rlo, rhi) + (
-                _overlap_count(slo, shi, c, e) * _interval_prob(pts, c, e, rlo, rhi)
+            while lo_le_c < n and slo[lo_le_c] <= c:
+                lo_le_c += 1
+            while hi_lt_c < n and shi[hi_lt_c] < c:
+                hi_lt_c += 1
+            v = (lo_le_c - hi_lt_a) * _interval_prob(pts, a, c, rlo, rhi) + (
+                (lo_le_e - hi_lt_c) * _interval_prob(pts, c, e, rlo, rhi)
             )
             if v < best:
                 best = v
