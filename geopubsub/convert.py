@@ -26,6 +26,7 @@ from shard.model import (
     subscription_from_dict,
     subscription_to_dict,
     validate_id,
+    validate_keywords,
     validate_point,
 )
 from shard.terms import ascii_keyword_terms, message_terms
@@ -192,7 +193,7 @@ def _subscription_via_dict(sub: pb.Subscription, field: str) -> Subscription:
 
 
 def _keywords_in_rect(sub: pb.Subscription) -> Subscription | None:
-    """The common subscription, ASCII keywords in a rectangle and nothing else, when it is valid:
+    """The common subscription, keywords in a rectangle and nothing else, when it is valid:
     what ``subscription_from_dict`` makes of it, without the dict (a third of the coordinator's
     CPU in batched Subscribes went to the general path; docs/BENCHMARKS.md). None for anything
     else, invalid input included, which the general path then checks and names."""
@@ -217,8 +218,11 @@ def _keywords_in_rect(sub: pb.Subscription) -> Subscription | None:
     if len(keywords) > MAX_KEYWORDS:
         return None
     terms = ascii_keyword_terms(keywords)
-    if terms is None:
-        return None
+    if terms is None:  # other scripts: normalized one by one
+        try:
+            _, terms = validate_keywords("keywords", keywords)
+        except ValidationError:
+            return None
     return Subscription(sid, (terms,), Rect(x0, y0, x1, y1), sub.moving, keywords)
 
 
