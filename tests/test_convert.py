@@ -439,20 +439,22 @@ def _message_cases():
         yield m
 
 
-def test_message_fast_path_equals_the_workload_form_validation():
-    def outcome(f, *args, **kwargs):
-        try:
-            return "ok", f(*args, **kwargs)
-        except ValidationError as e:
-            return "error", (e.field, str(e))
+def _outcome(f, *args, **kwargs):
+    """("ok", the result) or ("error", (the field named, the message))."""
+    try:
+        return "ok", f(*args, **kwargs)
+    except ValidationError as e:
+        return "error", (e.field, str(e))
 
+
+def test_message_fast_path_equals_the_workload_form_validation():
     seen = {"ok": 0, "error": 0}
     for m in _message_cases():
         for max_ttl_s in (MAX_TTL_S, 5.0):
-            fast = outcome(
+            fast = _outcome(
                 from_proto_message, m, default_id="d", field="messages[3]", max_ttl_s=max_ttl_s
             )
-            slow = outcome(_message_via_dict, m, m.id or "d", "messages[3]", max_ttl_s)
+            slow = _outcome(_message_via_dict, m, m.id or "d", "messages[3]", max_ttl_s)
             assert fast == slow, (m, max_ttl_s)
             seen[fast[0]] += 1
     assert seen["ok"] > 3000 and seen["error"] > 4000, seen
@@ -494,16 +496,10 @@ def _subscription_cases():
 
 
 def test_subscription_fast_path_equals_the_workload_form_validation():
-    def outcome(f, *args, **kwargs):
-        try:
-            return "ok", f(*args, **kwargs)
-        except ValidationError as e:
-            return "error", (e.field, str(e))
-
     seen = {"ok": 0, "error": 0, "fast": 0}
     for sub in _subscription_cases():
-        fast = outcome(from_proto_subscription, sub, field="subscriptions[3]")
-        slow = outcome(_subscription_via_dict, sub, "subscriptions[3]")
+        fast = _outcome(from_proto_subscription, sub, field="subscriptions[3]")
+        slow = _outcome(_subscription_via_dict, sub, "subscriptions[3]")
         assert fast == slow, sub
         seen[fast[0]] += 1
         seen["fast"] += _keywords_in_rect(sub) is not None
