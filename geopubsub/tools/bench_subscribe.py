@@ -7,7 +7,7 @@ optionally bulk-loads ``--base`` first (so that the tree the subscriptions go in
    prefixed ``live-``, so that none replaces a base one) registered with ``--in-flight`` calls
    pending and ``batch`` subscriptions a call (``SubscribeRequest.subscriptions``), then removed
    the same way (``UnsubscribeRequest.ids``). Each phase prints its rate and the CPU it cost per
-   subscription in the shard actors and in the coordinator (read from /proc before and after).
+   subscription in the shard actors, the coordinator and redis-server (read before and after).
    The first phase grows the tree from its base (from empty without ``--base``).
 2. **latency**: single Subscribe calls (one subscription each, fresh ids) at ``--rate`` a
    second, sent on schedule whatever the answers (open loop), for ``--latency-duration`` s:
@@ -75,8 +75,8 @@ def cpu_s(pid: int) -> float:
 
 
 class CpuMeter:
-    """CPU seconds spent by the cluster's shard actors and its coordinator between ``start()``
-    and ``stop()``."""
+    """CPU seconds spent by the cluster's shard actors, its coordinator and its redis-server
+    between ``start()`` and ``stop()``."""
 
     def __init__(self, data_dir: Path) -> None:
         self.processes = ClusterProcesses(data_dir)
@@ -85,7 +85,11 @@ class CpuMeter:
     def _now(self) -> dict[str, float]:
         pids = self.processes.now()
         shards = sum(cpu_s(p) for n, p in pids.items() if n.startswith("shard-actor"))
-        return {"shards": shards, "coordinator": cpu_s(pids.get("coordinator", 0))}
+        return {
+            "shards": shards,
+            "coordinator": cpu_s(pids.get("coordinator", 0)),
+            "redis": cpu_s(pids.get("redis-server", 0)),
+        }
 
     def start(self) -> None:
         self._at = self._now()
@@ -166,6 +170,7 @@ def run_phases(target: str, data_dir: Path, subs: list, args, say: Callable[[str
             "subscribe_per_s": round(len(subs) / rep.seconds, 1),
             "subscribe_shard_us": round(1e6 * cpu["shards"] / len(subs), 1),
             "subscribe_coordinator_us": round(1e6 * cpu["coordinator"] / len(subs), 1),
+            "subscribe_redis_us": round(1e6 * cpu["redis"] / len(subs), 1),
         }
         meter.start()
         seconds = asyncio.run(
@@ -176,13 +181,15 @@ def run_phases(target: str, data_dir: Path, subs: list, args, say: Callable[[str
             "unsubscribe_per_s": round(len(subs) / seconds, 1),
             "unsubscribe_shard_us": round(1e6 * cpu["shards"] / len(subs), 1),
             "unsubscribe_coordinator_us": round(1e6 * cpu["coordinator"] / len(subs), 1),
+            "unsubscribe_redis_us": round(1e6 * cpu["redis"] / len(subs), 1),
         }
         say(
             f"  batch {batch:>5,} x {args.in_flight} in flight: subscribe {row['subscribe_per_s']:>9,.0f}/s "
             f"(shards {row['subscribe_shard_us']:,.1f} us, coordinator "
-            f"{row['subscribe_coordinator_us']:,.1f} us each), unsubscribe "
-            f"{row['unsubscribe_per_s']:>9,.0f}/s (shards {row['unsubscribe_shard_us']:,.1f} us, "
-            f"coordinator {row['unsubscribe_coordinator_us']:,.1f} us)"
+            f"{row['subscribe_coordinator_us']:,.1f} us, redis {row['subscribe_redis_us']:,.1f} us "
+            f"each), unsubscribe {row['unsubscribe_per_s']:>9,.0f}/s (shards "
+            f"{row['unsubscribe_shard_us']:,.1f} us, coordinator "
+            f"{row['unsubscribe_coordinator_us']:,.1f} us, redis {row['unsubscribe_redis_us']:,.1f} us)"
         )
         rows.append(row)
     latency: dict[str, Any] = {}
@@ -199,11 +206,14 @@ def run_phases(target: str, data_dir: Path, subs: list, args, say: Callable[[str
             "max_ms": _ms(took, 1.0),
             "mean_ms": round(1000 * statistics.fmean(took), 2) if took else 0.0,
             "shard_us": round(1e6 * cpu["shards"] / max(1, len(took)), 1),
+            "coordinator_us": round(1e6 * cpu["coordinator"] / max(1, len(took)), 1),
+            "redis_us": round(1e6 * cpu["redis"] / max(1, len(took)), 1),
         }
         say(
             f"  single Subscribe at {args.rate:,.0f}/s: {len(took):,} calls, p50 "
             f"{latency['p50_ms']} ms, p99 {latency['p99_ms']} ms, max {latency['max_ms']} ms "
-            f"(shards {latency['shard_us']} us each)"
+            f"(shards {latency['shard_us']} us, coordinator {latency['coordinator_us']} us, redis "
+            f"{latency['redis_us']} us each)"
         )
         asyncio.run(
             unregister(target, [s.id for s in lat_subs[: len(took)]], in_flight=8, batch=1000)
