@@ -113,7 +113,8 @@ class APPlusTree(APTree):
     def sync(self) -> None:
         """Grow the per-node, per-message and per-term side arrays to the current sizes."""
         n = self._tree[T_NI].shape[0]
-        self._mt = ensure_rows(self._mt, n)
+        if n > self._mt[0].shape[0]:  # (a compiled call returns, and boxes, every array)
+            self._mt = ensure_rows(self._mt, n)
         if n > self._nstamp.shape[0]:
             self._nstamp = np.zeros(max(n, 2 * self._nstamp.shape[0]), np.int64)
         m = self.msgs.alive.shape[0]
@@ -229,8 +230,10 @@ class APPlusTree(APTree):
         if now < self.now:
             raise ValidationError("now", now, f"must not go back in time (last now={self.now})")
         ids, out_m, out_s = self._expire(now)
-        names = self.store.ids[out_s].tolist()
-        updates = [(s, REMOVE, ids[q]) for s, q in zip(names, out_m.tolist(), strict=True)]
+        updates: list[Update] = []
+        if out_s.size:
+            names = self.store.ids[out_s].tolist()
+            updates = [(s, REMOVE, ids[q]) for s, q in zip(names, out_m.tolist(), strict=True)]
         self._maybe_purge()
         return updates
 
@@ -238,6 +241,9 @@ class APPlusTree(APTree):
         """``advance`` answered as columns, nothing per delivery: (the ids of the messages that
         expired, how many holders each had, the ``tag`` of every holder, message by message)."""
         ids, out_m, out_s = self._expire(now)
+        if not ids:  # (the usual round: a few array calls saved)
+            self._maybe_purge()
+            return ids, np.zeros(0, np.int64), np.zeros(0, np.int32)
         counts = np.bincount(out_m, minlength=len(ids)).astype(np.int64)
         tags = self.store.tag[out_s[np.argsort(out_m, kind="stable")]]
         self._maybe_purge()
