@@ -29,15 +29,17 @@ from shard.topk.model import score as topk_score
 class TermCounts:
     """How many of the held subscriptions name each term (any clause, counted once each).
 
-    Changes are queued and counted in bulk (``collections.Counter``'s counting runs in C) when
-    weights are asked for, or once ``FOLD_AFTER`` wait: counting each subscription as it came
-    cost 8 % of the coordinator's CPU in batched Subscribes (py-spy, docs/BENCHMARKS.md), for
-    the ranked subscriptions that need it."""
+    Changes are queued and counted in bulk, additions and removals in two counters that only
+    grow (``collections.Counter`` counts an iterable in C; subtracting one counter from another
+    loops in Python), when a count is read or once ``FOLD_AFTER`` wait: counting each
+    subscription as it came cost 8 % of the coordinator's CPU in batched Subscribes (py-spy,
+    docs/BENCHMARKS.md), for the ranked subscriptions that need it."""
 
     FOLD_AFTER = 4096
 
     def __init__(self) -> None:
-        self._df: Counter[str] = Counter()
+        self._in: Counter[str] = Counter()
+        self._out: Counter[str] = Counter()
         self._added: list[Subscription] = []
         self._removed: list[Subscription] = []
         self.n = 0
@@ -64,17 +66,24 @@ class TermCounts:
     def _fold(self) -> None:
         terms = self._terms
         if self._added:
-            self._df.update(chain.from_iterable(map(terms, self._added)))
+            self._in.update(chain.from_iterable(map(terms, self._added)))
             self._added = []
         if self._removed:
-            self._df.subtract(Counter(chain.from_iterable(map(terms, self._removed))))
+            self._out.update(chain.from_iterable(map(terms, self._removed)))
             self._removed = []
+
+    def count(self, term: str) -> int:
+        """How many held subscriptions name ``term``."""
+        self._fold()
+        return self._in[term] - self._out[term]
 
     @property
     def df(self) -> Counter[str]:
-        """Term -> how many held subscriptions name it (0 or absent: none)."""
+        """Every term's count (a copy; O(terms ever counted): for inspection)."""
         self._fold()
-        return self._df
+        out = self._in.copy()
+        out.subtract(self._out)
+        return out
 
     def weights(self, sub: Subscription) -> Subscription:
         """``sub`` with idf weights if it is ranked and has none (else ``sub`` itself).
@@ -89,8 +98,8 @@ class TermCounts:
         """
         if sub.threshold is None or sub.weights is not None:
             return sub
-        df = self.df
-        w = tuple(idf_weight(self.n, max(df[t], 0)) for t in sub.clauses[0])
+        count = self.count
+        w = tuple(idf_weight(self.n, max(count(t), 0)) for t in sub.clauses[0])
         return Subscription(
             sub.id, sub.clauses, sub.region, sub.moving, sub.keywords, sub.expr, sub.negated,
             sub.predicates, sub.threshold, sub.alpha, w,

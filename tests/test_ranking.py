@@ -155,3 +155,6 @@ def test_term_counts_are_exact_whenever_read(fold_after, monkeypatch):
             want = Counter(t for s in held.values() for t in {t for c in s.clauses for t in c})
             got = {t: n for t, n in tc.df.items() if n}
             assert got == dict(want) and tc.n == len(held), step
+            assert [tc.count(t) for t in ("t0", "t7", "t99", "none")] == [
+                want[t] for t in ("t0", "t7", "t99", "none")
+            ], step
