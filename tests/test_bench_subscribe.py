@@ -68,6 +68,7 @@ def test_bench_subscribe_registers_removes_and_times_every_call(tmp_path):
         assert p["subscribe_shard_us"] > 0  # the shard actors were found and did the work
         assert p["subscribe_coordinator_us"] > 0 and p["subscribe_redis_us"] > 0  # (Redis too)
     assert r["latency"]["calls"] == 200 and 0 < r["latency"]["p50_ms"] <= r["latency"]["p99_ms"]
+    assert 0 < r["latency"]["rounds"] <= 200 and r["latency"]["shard_us_per_round"] > 0
     stopped = subprocess.run(
         ["pgrep", "-f", str(tmp_path / "c")], capture_output=True, text=True, check=False
     )

@@ -11,7 +11,9 @@ optionally bulk-loads ``--base`` first (so that the tree the subscriptions go in
    The first phase grows the tree from its base (from empty without ``--base``).
 2. **latency**: single Subscribe calls (one subscription each, fresh ids) at ``--rate`` a
    second, sent on schedule whatever the answers (open loop), for ``--latency-duration`` s:
-   p50 / p99 / max of each call's time; they are removed afterwards (not timed).
+   p50 / p99 / max of each call's time, the CPU per call of each kind of process, the rounds
+   the coordinator made meanwhile and the shards' CPU per round (all shards together); they are
+   removed afterwards (not timed).
 
 The cluster it started is stopped, on error and Ctrl-C too. ``--json``: one JSON object.
 """
@@ -119,15 +121,18 @@ async def unregister(target: str, ids: Sequence[str], *, in_flight: int, batch: 
     return time.perf_counter() - t0
 
 
-async def paced_latency(target: str, subs: Sequence, rate: float, duration_s: float) -> list[float]:
+async def paced_latency(
+    target: str, subs: Sequence, rate: float, duration_s: float
+) -> tuple[list[float], int]:
     """Single Subscribe calls at ``rate``/s for ``duration_s`` (each sent at its scheduled time,
-    answered or not); the seconds each took."""
+    answered or not); the seconds each took, and the rounds the coordinator made meanwhile."""
     n = min(len(subs), int(rate * duration_s))
     requests = [pb.SubscribeRequest(subscription=to_proto_subscription(s)) for s in subs[:n]]
     took: list[float] = []
     async with grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS) as channel:
         stub = pb_grpc.GeoPubSubStub(channel)
-        await stub.GetStats(pb.GetStatsRequest())  # connected before the clock starts
+        # connected before the clock starts
+        rounds0 = (await stub.GetStats(pb.GetStatsRequest())).rounds
 
         async def one(request) -> None:
             t = time.perf_counter()
@@ -143,7 +148,8 @@ async def paced_latency(target: str, subs: Sequence, rate: float, duration_s: fl
                 await asyncio.sleep(delay)
             tasks.append(asyncio.ensure_future(one(request)))
         await asyncio.gather(*tasks)
-    return took
+        rounds = (await stub.GetStats(pb.GetStatsRequest())).rounds - rounds0
+    return took, rounds
 
 
 def _ms(xs: Sequence[float], q: float) -> float:
@@ -196,7 +202,9 @@ def run_phases(target: str, data_dir: Path, subs: list, args, say: Callable[[str
     if args.latency_duration > 0:
         lat_subs = [dataclasses.replace(s, id="lat-" + s.id) for s in subs]
         meter.start()
-        took = asyncio.run(paced_latency(target, lat_subs, args.rate, args.latency_duration))
+        took, rounds = asyncio.run(
+            paced_latency(target, lat_subs, args.rate, args.latency_duration)
+        )
         cpu = meter.stop()
         latency = {
             "rate": args.rate,
@@ -208,12 +216,15 @@ def run_phases(target: str, data_dir: Path, subs: list, args, say: Callable[[str
             "shard_us": round(1e6 * cpu["shards"] / max(1, len(took)), 1),
             "coordinator_us": round(1e6 * cpu["coordinator"] / max(1, len(took)), 1),
             "redis_us": round(1e6 * cpu["redis"] / max(1, len(took)), 1),
+            "rounds": rounds,
+            "shard_us_per_round": round(1e6 * cpu["shards"] / max(1, rounds), 1),  # (all shards)
         }
         say(
             f"  single Subscribe at {args.rate:,.0f}/s: {len(took):,} calls, p50 "
             f"{latency['p50_ms']} ms, p99 {latency['p99_ms']} ms, max {latency['max_ms']} ms "
             f"(shards {latency['shard_us']} us, coordinator {latency['coordinator_us']} us, redis "
-            f"{latency['redis_us']} us each)"
+            f"{latency['redis_us']} us each; {rounds:,} rounds, shards "
+            f"{latency['shard_us_per_round']} us a round)"
         )
         asyncio.run(
             unregister(target, [s.id for s in lat_subs[: len(took)]], in_flight=8, batch=1000)
