@@ -5,7 +5,7 @@ move and m-list kernels take tens of seconds to compile, which a first client wo
 out (and time out on). ``warm_up_shard`` drives a throwaway ``ShardState`` through every kind of
 operation: a bulk build, subscribe, publish, moves that split and collapse leaves, detach,
 unsubscribe, expiry and a purge; then a root wide enough for the direct tables, a compaction of
-its pools and a vocabulary outgrowing its first hash table (``tests/test_warmup.py`` checks that a growing shard compiles
+its pools, m-lists growing with the nodes and a vocabulary outgrowing its first hash table (``tests/test_warmup.py`` checks that a growing shard compiles
 nothing after it). With a warm cache it takes well under a second.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from shard.applus.mlists import ensure_rows, new_mlists
 from shard.aptree.vocab import VocabTable
 from shard.model import Circle, Message, Point, Rect, Subscription, subscription_from_dict
 from shard.ops import apply_ops
@@ -83,6 +84,8 @@ def warm_up_shard(options: dict[str, Any] | None = None) -> None:
     # the pools' compaction, which a shard growing by subscribes reaches in some round
     # (its dummy promotions orphan the root's cut list; ~1 s to compile, tens of ms to load)
     wide.tree.compact_pools()
+    # the m-lists growing with the tree's nodes (``APPlusTree.sync`` calls it only then)
+    ensure_rows(new_mlists(4, 4), 8)
     # a vocabulary outgrowing its first hash table (a growing shard's whole rebuild, its first
     # thousand terms): the table's rehash, loaded here instead of in that round
     table = VocabTable()
