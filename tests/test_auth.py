@@ -204,13 +204,24 @@ def test_each_role_calls_what_it_may_and_a_stranger_learns_nothing(redis_url):
                 Code.OK
             )
 
-            # reflection: admin only
+            # reflection: admin only. Asked with grpc's synchronous client: the asyncio one
+            # sometimes reports a bidi call the server ended early (here: PERMISSION_DENIED
+            # before it read the request) as INTERNAL "Internal error from Core", because its
+            # request writer's failed write overwrites the status the server sent (grpc/grpc
+            # issue 36066; 17 of 1,500 such calls here). The server's answer is right either way.
+            def reflect_sync(token) -> Code:
+                with open_channel(target, None, token=token) as chan:
+                    refl = reflection_pb2_grpc.ServerReflectionStub(chan)
+                    req = reflection_pb2.ServerReflectionRequest(list_services="")
+                    try:
+                        for _ in refl.ServerReflectionInfo(iter([req]), timeout=60):
+                            pass
+                    except grpc.RpcError as exc:
+                        return exc.code()
+                    return Code.OK
+
             async def reflect(token) -> Code:
-                refl = reflection_pb2_grpc.ServerReflectionStub(
-                    chans.setdefault(token, open_channel(target, None, aio=True, token=token))
-                )
-                req = reflection_pb2.ServerReflectionRequest(list_services="")
-                return await _stream_code(refl.ServerReflectionInfo(iter([req]), timeout=60))
+                return await asyncio.to_thread(reflect_sync, token)
 
             assert await reflect(admin) == Code.OK
             assert await reflect(alice) == Code.PERMISSION_DENIED
