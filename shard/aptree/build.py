@@ -83,7 +83,7 @@ from shard.aptree.partition import (
     axis_partition_sorted,
     axis_sorted,
     cell_range,
-    grid_cost,
+    grid_cost_spanned,
     keyword_partition_heuristic,
     keyword_partition_optimal,
     moving_penalty,
@@ -260,11 +260,24 @@ def leaf_cap(n):
 def alloc_leaf(T, nid, n):
     """Turn ``nid`` into a leaf with room for ``n`` entries and more (a fresh LI/LB slice); the
     caller writes the ``n`` entries."""
+    T = ensure_li(T, leaf_cap(n))
+    _leaf_slice(T[T_NI], T[T_CNT], nid, n)
+    return T
+
+
+@njit(cache=True)
+def _leaf_child(n, leaf_below, kp, sp, depth, max_depth):
+    """Whether a child of ``n`` clauses, ``kp`` and ``sp`` flags, under a node at ``depth``, is a
+    leaf: ``build_subtree``'s own test, made by its parent before the child is pushed."""
+    return (kp == 0 and sp == 0) or n < leaf_below or depth + 1 >= max_depth
+
+
+@njit(cache=True)
+def _leaf_slice(NI, CNT, nid, n):
+    """``alloc_leaf`` without the room check (the caller made room for it): the slice's offset."""
     cap = leaf_cap(n)
-    T = ensure_li(T, cap)
-    NI = T[T_NI]
-    off = T[T_CNT][C_LI]
-    T[T_CNT][C_LI] += cap
+    off = CNT[C_LI]
+    CNT[C_LI] += cap
     NI[nid, F_TYPE] = LEAF
     NI[nid, F_LOFF] = off
     NI[nid, F_LLEN] = n
@@ -273,7 +286,7 @@ def alloc_leaf(T, nid, n):
     NI[nid, F_NBUILT] = n
     NI[nid, F_DUMMY] = -1
     NI[nid, F_NCH] = 0
-    return T
+    return off
 
 
 @njit(cache=True)
@@ -296,14 +309,6 @@ def contains_region(bbox, c, NF, nid):
         and bbox[c, 2] >= NF[nid, 2]
         and bbox[c, 3] >= NF[nid, 3]
     )
-
-
-@njit(cache=True)
-def cell_span(bx, by, x0, y0, x1, y1):
-    """How many cells of the grid ``bx`` x ``by`` the clipped box meets. O(log cells)."""
-    a0, a1 = cell_range(bx, 0, bx.shape[0] - 1, x0, x1)
-    b0, b1 = cell_range(by, 0, by.shape[0] - 1, y0, y1)
-    return (a1 - a0 + 1) * (b1 - b0 + 1)
 
 
 @njit(cache=True)
@@ -411,6 +416,7 @@ def build_subtree(T, S, PW, SPX, SPY, params, root, items):
         s_bx = np.empty(0)
         s_by = np.empty(0)
         s_isd = np.zeros(0, np.bool_)
+        s_keep = np.zeros(0, np.bool_)
         s_nd = 0
         s_counts = np.zeros((0, 0), np.int64)
         if sp:
@@ -467,20 +473,10 @@ def build_subtree(T, S, PW, SPX, SPY, params, root, items):
                     if bx.shape[0] <= 2 and by.shape[0] <= 2:
                         continue
                     # regions meeting too many cells join the dummy cell
-                    isd_k = isd.copy()
-                    nd_k = nd0
-                    keep = np.ones(n - nd0, np.bool_)
-                    j = 0
-                    for i in range(n):
-                        if not isd[i]:
-                            if cell_span(bx, by, mx0[j], my0[j], mx1[j], my1[j]) > max_span:
-                                isd_k[i] = True
-                                keep[j] = False
-                                nd_k += 1
-                            j += 1
-                    cost, counts = grid_cost(
-                        mx0[keep], my0[keep], mx1[keep], my1[keep], bx, by, r.copy(), px, py
+                    cost, counts, keep = grid_cost_spanned(
+                        mx0, my0, mx1, my1, bx, by, max_span, r, px, py
                     )
+                    nd_k = nd0 + keep.shape[0] - np.count_nonzero(keep)
                     # replication without separation (two cells each receiving every clause) never
                     # terminates on degenerate regions: such a grid is no partition
                     if n - nd_k > 0 and (counts == n - nd_k).sum() >= 2:
@@ -508,9 +504,17 @@ def build_subtree(T, S, PW, SPX, SPY, params, root, items):
                         cs = cost + nd_k
                         s_bx = bx
                         s_by = by
-                        s_isd = isd_k
+                        s_keep = keep
                         s_nd = nd_k
                         s_counts = counts
+                if cs < np.inf:
+                    s_isd = isd.copy()
+                    j = 0
+                    for i in range(n):
+                        if not isd[i]:
+                            if not s_keep[j]:
+                                s_isd[i] = True
+                            j += 1
 
         # ---- choose (Alg. 4 lines 9-10, plus: never replicate without a gain) ---------
         if ck == np.inf and cs == np.inf:
@@ -521,7 +525,20 @@ def build_subtree(T, S, PW, SPX, SPY, params, root, items):
                 T = make_leaf(T, nid, its, S)
                 continue
             T = _make_snode(
-                T, S, nid, its, s_bx, s_by, s_isd, s_nd, s_counts, stack_node, stack_items
+                T,
+                S,
+                nid,
+                its,
+                s_bx,
+                s_by,
+                s_isd,
+                s_nd,
+                s_counts,
+                stack_node,
+                stack_items,
+                created,
+                theta_p,
+                max_depth,
             )
         else:
             if ck > n:
@@ -529,6 +546,7 @@ def build_subtree(T, S, PW, SPX, SPY, params, root, items):
                 continue
             T = _make_knode(
                 T,
+                S,
                 its,
                 nid,
                 k_order,
@@ -539,6 +557,9 @@ def build_subtree(T, S, PW, SPX, SPY, params, root, items):
                 k_nd,
                 stack_node,
                 stack_items,
+                created,
+                theta_p,
+                max_depth,
             )
 
     # subtree sizes bottom-up (children are created after their parents)
@@ -557,11 +578,28 @@ def build_subtree(T, S, PW, SPX, SPY, params, root, items):
 
 
 @njit(cache=True)
-def _make_knode(T, its, nid, order, sk, vals, starts, pref, nd, stack_node, stack_items):
+def _make_knode(T, S, its, nid, order, sk, vals, starts, pref, nd, stack_node, stack_items, created, leaf_below, max_depth):  # fmt: skip
+    """Make ``nid`` a k-node over its cuts: a child of fewer than ``leaf_below`` clauses (or at
+    ``max_depth``) is made a leaf at once, written straight from ``its`` (on rare-term text
+    nearly every child: 4,930 of 4,931 nodes of a 4,800-subscription tree), the others are
+    pushed for the caller's loop."""
     m_cuts = starts.shape[0]
     m = vals.shape[0]
     T = ensure_ch(T, m_cuts)
     T = ensure_nodes(T, m_cuts + 1)
+    kp = T[T_NI][nid, F_KP]
+    sp = T[T_NI][nid, F_SP]
+    depth = T[T_NI][nid, F_DEPTH]
+    # room for every child made a leaf here, asked for once (not a call a leaf that returns
+    # the tree's twelve arrays: their reference counts were a third of a 4,800-leaf build)
+    room = 0
+    for k in range(m_cuts):
+        cnt = pref[starts[k + 1] if k + 1 < m_cuts else m] - pref[starts[k]]
+        if _leaf_child(cnt, leaf_below, kp, sp, depth, max_depth):
+            room += leaf_cap(cnt)
+    T = ensure_li(T, room)
+    LI = T[T_LI]
+    LB = T[T_LB]
     NI = T[T_NI]
     NF = T[T_NF]
     CH = T[T_CH]
@@ -573,9 +611,6 @@ def _make_knode(T, its, nid, order, sk, vals, starts, pref, nd, stack_node, stac
     off = CNT[C_CH]
     CNT[C_CH] += m_cuts
     l = NI[nid, F_L]
-    kp = NI[nid, F_KP]
-    sp = NI[nid, F_SP]
-    depth = NI[nid, F_DEPTH]
     r = NF[nid]
     NI[nid, F_TYPE] = KNODE
     NI[nid, F_CHOFF] = off
@@ -596,6 +631,13 @@ def _make_knode(T, its, nid, order, sk, vals, starts, pref, nd, stack_node, stac
         CH[off + k] = child
         WOLD[off + k] = hi - lo
         WCUR[off + k] = hi - lo
+        if _leaf_child(hi - lo, leaf_below, kp, sp, depth, max_depth):
+            loff = _leaf_slice(NI, CNT, child, hi - lo)
+            for i in range(lo, hi):
+                LI[loff + i - lo] = its[order[i]]
+                set_leaf_entry(LB, loff + i - lo, S, its[order[i]])
+            created.append(child)
+            continue
         sub = np.empty(hi - lo, np.int32)
         for i in range(lo, hi):
             sub[i - lo] = its[order[i]]
@@ -618,7 +660,8 @@ def _make_knode(T, its, nid, order, sk, vals, starts, pref, nd, stack_node, stac
 
 
 @njit(cache=True)
-def _make_snode(T, S, nid, its, bx, by, isd, nd, counts, stack_node, stack_items):
+def _make_snode(T, S, nid, its, bx, by, isd, nd, counts, stack_node, stack_items, created, leaf_below, max_depth):  # fmt: skip
+    """Make ``nid`` an s-node over the grid ``bx`` × ``by``; children as in ``_make_knode``."""
     bbox = S[1]
     cl_sub = S[3]
     nx = bx.shape[0] - 1
@@ -627,6 +670,16 @@ def _make_snode(T, S, nid, its, bx, by, isd, nd, counts, stack_node, stack_items
     T = ensure_ch(T, ncell)
     T = ensure_bnd(T, nx + ny + 2)
     T = ensure_nodes(T, ncell + 1)
+    kp = T[T_NI][nid, F_KP]
+    depth = T[T_NI][nid, F_DEPTH]
+    room = 0  # (for the leaves made here: ``_make_knode``)
+    for a in range(nx):
+        for b in range(ny):
+            if counts[a, b] > 0 and _leaf_child(counts[a, b], leaf_below, kp, 1, depth, max_depth):
+                room += leaf_cap(counts[a, b])
+    T = ensure_li(T, room)
+    LI = T[T_LI]
+    LB = T[T_LB]
     NI = T[T_NI]
     NF = T[T_NF]
     CH = T[T_CH]
@@ -641,8 +694,6 @@ def _make_snode(T, S, nid, its, bx, by, isd, nd, counts, stack_node, stack_items
     BND[boff : boff + nx + 1] = bx
     BND[boff + nx + 1 : boff + nx + ny + 2] = by
     l = NI[nid, F_L]
-    kp = NI[nid, F_KP]
-    depth = NI[nid, F_DEPTH]
     r = NF[nid].copy()
     NI[nid, F_TYPE] = SNODE
     NI[nid, F_CHOFF] = off
@@ -684,6 +735,14 @@ def _make_snode(T, S, nid, its, bx, by, isd, nd, counts, stack_node, stack_items
             child = alloc_node(T)
             init_node(T, child, nid, l, kp, 1, depth + 1, bx[a], by[b], bx[a + 1], by[b + 1])
             CH[off + k] = child
+            if _leaf_child(cnt, leaf_below, kp, 1, depth, max_depth):
+                loff = _leaf_slice(NI, CNT, child, cnt)
+                for i in range(cnt):
+                    c = buf[start[k] + i]
+                    LI[loff + i] = c
+                    set_leaf_entry(LB, loff + i, S, c)
+                created.append(child)
+                continue
             stack_node.append(child)
             stack_items.append(buf[start[k] : start[k + 1]].copy())
     NI[nid, F_WD_OLD] = nd

@@ -279,6 +279,36 @@ def grid_cost(minx, miny, maxx, maxy, bx, by, region, px, py):
         for a in range(x0, x1 + 1):
             for b in range(y0, y1 + 1):
                 counts[a, b] += 1
+    return _counts_cost(counts, bx, by, region, px, py), counts
+
+
+@njit(cache=True)
+def grid_cost_spanned(minx, miny, maxx, maxy, bx, by, max_span, region, px, py):
+    """``grid_cost`` of the boxes that meet at most ``max_span`` cells (the others go to the dummy
+    cell): (cost, counts, keep), ``keep`` false for a box sent to the dummy. Each box's cells
+    are found once (the build searched them once to drop it, once to count it). O(n log cells +
+    points)."""
+    nx = bx.shape[0] - 1
+    ny = by.shape[0] - 1
+    counts = np.zeros((nx, ny), np.int64)
+    keep = np.ones(minx.shape[0], np.bool_)
+    for i in range(minx.shape[0]):
+        x0, x1 = cell_range(bx, 0, nx, minx[i], maxx[i])
+        y0, y1 = cell_range(by, 0, ny, miny[i], maxy[i])
+        if (x1 - x0 + 1) * (y1 - y0 + 1) > max_span:
+            keep[i] = False
+            continue
+        for a in range(x0, x1 + 1):
+            for b in range(y0, y1 + 1):
+                counts[a, b] += 1
+    return _counts_cost(counts, bx, by, region, px, py), counts, keep
+
+
+@njit(cache=True)
+def _counts_cost(counts, bx, by, region, px, py):
+    """Eq. 1 of a grid whose cells hold ``counts``: each cell's count × its hit probability."""
+    nx = bx.shape[0] - 1
+    ny = by.shape[0] - 1
     area = (region[2] - region[0]) * (region[3] - region[1])
     npts = px.shape[0]
     pcnt = np.zeros((nx, ny), np.float64)
@@ -295,7 +325,7 @@ def grid_cost(minx, miny, maxx, maxy, bx, by, region, px, py):
             else:
                 p = (pcnt[a, b] + SAMPLE_SMOOTHING * frac) / (npts + SAMPLE_SMOOTHING)
             cost += counts[a, b] * p
-    return cost, counts
+    return cost
 
 
 @njit(cache=True)
