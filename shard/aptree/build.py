@@ -261,19 +261,19 @@ def alloc_leaf(T, nid, n):
     """Turn ``nid`` into a leaf with room for ``n`` entries and more (a fresh LI/LB slice); the
     caller writes the ``n`` entries."""
     T = ensure_li(T, leaf_cap(n))
-    _leaf_slice(T[T_NI], T[T_CNT], nid, n)
+    leaf_slice(T[T_NI], T[T_CNT], nid, n)
     return T
 
 
 @njit(cache=True)
-def _leaf_child(n, leaf_below, kp, sp, depth, max_depth):
+def leaf_child(n, leaf_below, kp, sp, depth, max_depth):
     """Whether a child of ``n`` clauses, ``kp`` and ``sp`` flags, under a node at ``depth``, is a
     leaf: ``build_subtree``'s own test, made by its parent before the child is pushed."""
     return (kp == 0 and sp == 0) or n < leaf_below or depth + 1 >= max_depth
 
 
 @njit(cache=True)
-def _leaf_slice(NI, CNT, nid, n):
+def leaf_slice(NI, CNT, nid, n):
     """``alloc_leaf`` without the room check (the caller made room for it): the slice's offset."""
     cap = leaf_cap(n)
     off = CNT[C_LI]
@@ -595,7 +595,7 @@ def _make_knode(T, S, its, nid, order, sk, vals, starts, pref, nd, stack_node, s
     room = 0
     for k in range(m_cuts):
         cnt = pref[starts[k + 1] if k + 1 < m_cuts else m] - pref[starts[k]]
-        if _leaf_child(cnt, leaf_below, kp, sp, depth, max_depth):
+        if leaf_child(cnt, leaf_below, kp, sp, depth, max_depth):
             room += leaf_cap(cnt)
     T = ensure_li(T, room)
     LI = T[T_LI]
@@ -631,8 +631,8 @@ def _make_knode(T, S, its, nid, order, sk, vals, starts, pref, nd, stack_node, s
         CH[off + k] = child
         WOLD[off + k] = hi - lo
         WCUR[off + k] = hi - lo
-        if _leaf_child(hi - lo, leaf_below, kp, sp, depth, max_depth):
-            loff = _leaf_slice(NI, CNT, child, hi - lo)
+        if leaf_child(hi - lo, leaf_below, kp, sp, depth, max_depth):
+            loff = leaf_slice(NI, CNT, child, hi - lo)
             for i in range(lo, hi):
                 LI[loff + i - lo] = its[order[i]]
                 set_leaf_entry(LB, loff + i - lo, S, its[order[i]])
@@ -675,7 +675,7 @@ def _make_snode(T, S, nid, its, bx, by, isd, nd, counts, stack_node, stack_items
     room = 0  # (for the leaves made here: ``_make_knode``)
     for a in range(nx):
         for b in range(ny):
-            if counts[a, b] > 0 and _leaf_child(counts[a, b], leaf_below, kp, 1, depth, max_depth):
+            if counts[a, b] > 0 and leaf_child(counts[a, b], leaf_below, kp, 1, depth, max_depth):
                 room += leaf_cap(counts[a, b])
     T = ensure_li(T, room)
     LI = T[T_LI]
@@ -735,8 +735,8 @@ def _make_snode(T, S, nid, its, bx, by, isd, nd, counts, stack_node, stack_items
             child = alloc_node(T)
             init_node(T, child, nid, l, kp, 1, depth + 1, bx[a], by[b], bx[a + 1], by[b + 1])
             CH[off + k] = child
-            if _leaf_child(cnt, leaf_below, kp, 1, depth, max_depth):
-                loff = _leaf_slice(NI, CNT, child, cnt)
+            if leaf_child(cnt, leaf_below, kp, 1, depth, max_depth):
+                loff = leaf_slice(NI, CNT, child, cnt)
                 for i in range(cnt):
                     c = buf[start[k] + i]
                     LI[loff + i] = c

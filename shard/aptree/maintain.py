@@ -31,6 +31,9 @@ from shard.aptree.build import (
     ensure_li,
     ensure_nodes,
     init_node,
+    leaf_cap,
+    leaf_child,
+    leaf_slice,
     set_leaf_entry,
 )
 from shard.aptree.layout import (
@@ -70,6 +73,7 @@ from shard.aptree.layout import (
     P_KEYWORD_FANOUT,
     P_KL_CHECK_FRACTION,
     P_KL_MIN_SIZE,
+    P_MAX_DEPTH,
     P_MAX_SPAN,
     P_THETA_KL,
     P_THETA_P,
@@ -729,6 +733,22 @@ def promote_dummy(T, S, PW, SPX, SPY, params, u):
     m_old = NI[u, F_NCH]
     T = ensure_ch(T, m_old + m_new)
     T = ensure_nodes(T, m_new)
+    # a new cut of fewer than θp clauses (nearly every one: a keyword new to the k-node) is
+    # made a leaf here, its room asked for once, as ``build._make_knode`` does
+    leaf_below = params[P_THETA_P]
+    max_depth = params[P_MAX_DEPTH]
+    room = 0
+    i = nd
+    while i < n:
+        e = i
+        while e < n and keys[order[e]] == keys[order[i]]:
+            e += 1
+        if leaf_child(e - i, leaf_below, kp, sp, depth, max_depth):
+            room += leaf_cap(e - i)
+        i = e
+    T = ensure_li(T, room)
+    LI = T[T_LI]
+    LB = T[T_LB]
     NI = T[T_NI]
     CH = T[T_CH]
     CLO = T[T_CLO]
@@ -742,6 +762,7 @@ def promote_dummy(T, S, PW, SPX, SPY, params, u):
     CNT[C_GARBAGE] += m_old
     new_nodes = List()
     new_items = List()
+    added = 0
     k = off
     a = 0  # next old cut
     i = nd  # next new keyword's first item
@@ -760,21 +781,27 @@ def promote_dummy(T, S, PW, SPX, SPY, params, u):
                 e += 1
             child = alloc_node(T)
             init_node(T, child, u, l + 1, kp, sp, depth + 1, x0, y0, x1, y1)
-            sub = np.empty(e - i, np.int32)
-            for j in range(i, e):
-                sub[j - i] = items[order[j]]
             CH[k] = child
             CLO[k] = w
             CHI[k] = w
             WCUR[k] = e - i
             WOLD[k] = e - i
-            new_nodes.append(child)
-            new_items.append(sub)
+            if leaf_child(e - i, leaf_below, kp, sp, depth, max_depth):
+                loff = leaf_slice(NI, CNT, child, e - i)
+                for j in range(i, e):
+                    LI[loff + j - i] = items[order[j]]
+                    set_leaf_entry(LB, loff + j - i, S, items[order[j]])
+                added += e - i
+            else:
+                sub = np.empty(e - i, np.int32)
+                for j in range(i, e):
+                    sub[j - i] = items[order[j]]
+                new_nodes.append(child)
+                new_items.append(sub)
             i = e
         k += 1
     NI[u, F_CHOFF] = off
     NI[u, F_NCH] = m_old + m_new
-    added = 0
     for j in range(len(new_nodes)):
         T, size = build_subtree(T, S, PW, SPX, SPY, params, new_nodes[j], new_items[j])
         added += size
