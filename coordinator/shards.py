@@ -29,9 +29,10 @@ SHARD_CALL_SHARE = 0.5
 """The share of ``deadline_s`` a shard call may take: the rest is left for the round it is part
 of (and the round before, rounds finish in order) to be answered within the callers' own wait of
 ``deadline_s``, so that the other shards' operations of that round are answered, not timed out."""
-ACTOR_START_S = 120.0
+ACTOR_START_S = 300.0
 """What the first call on a new actor may take on top of its limit: Ray starts a worker process
-and the actor compiles its kernels first (~1 s from numba's cache, ~30 s on a fresh checkout)."""
+and the actor compiles its kernels first (~1 s from numba's cache; on a fresh checkout two
+actors compiling at once on this 2-core machine took 118 s, so 120 s was too close)."""
 LOAD_S_PER_SUBSCRIPTION = 250e-6
 """What a bulk load may take on top of the deadline, per subscription: one core built 1M
 subscriptions in 24 s (AP-Tree) and 62 s (AP+-Tree, moving; docs/BENCHMARKS.md), a busy machine

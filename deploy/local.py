@@ -75,8 +75,10 @@ SUPERVISOR_LOG = "supervisor.log"
 SUPERVISOR_STOP_S = 90.0
 """Grace for the supervisor to finish a restart under way when ``down`` stops it (a Redis
 loading its AOF takes up to ``redis_local.STARTUP_TIMEOUT_S``)."""
-READY_TIMEOUT_S = 180.0
-"""Longest ``up`` waits for SERVING: Ray's start plus the rebuild of every shard from Redis."""
+READY_TIMEOUT_S = 360.0
+"""Longest ``up`` waits for SERVING: Ray's start plus the rebuild of every shard from Redis, and
+on a fresh checkout the shard actors' first compile (``coordinator.shards.ACTOR_START_S``, 300 s,
+and a minute more)."""
 COORDINATOR_STOP_S = 30.0
 """Grace after SIGINT for the coordinator to drain, snapshot and shut Ray down."""
 LISTENING = re.compile(r"geopubsub coordinator listening on (\S+):(\d+)\s*$", re.MULTILINE)

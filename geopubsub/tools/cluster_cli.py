@@ -147,7 +147,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--detach", action="store_true", help="return once SERVING (stop: geopubsub down)"
     )
     up.add_argument(
-        "--timeout", type=float, default=None, help="seconds to wait for SERVING (default 180)"
+        "--timeout",
+        type=float,
+        default=None,
+        help=f"seconds to wait for SERVING (default {local.READY_TIMEOUT_S:g})",
     )
     up.set_defaults(func=run_up)
 
