@@ -2,8 +2,9 @@
 shards' updates into exact per-subscription deliveries.
 
 A *round* takes the operations waiting (at most ``batch_max`` per shard, or whatever arrived
-within ``batch_delay_ms`` of the first; at most ``coordinator.topk.TOPK_PER_ROUND`` top-k
-publishes), reads the clock once (``now``) and sends every shard one
+within ``batch_delay_ms`` of the first, or within ``defer_ms`` of the first of subscribes
+answered before their round: ``coordinator.admission``; at most
+``coordinator.topk.TOPK_PER_ROUND`` top-k publishes), reads the clock once (``now``) and sends every shard one
 ``apply(ops, now)`` call with its share, in arrival order. Each shard first advances to ``now``
 (expirations) and then applies its ops, returning the updates of each. Rounds are finished
 (merged, handed to ``on_round``) in the order they were sent. While a round is at the shards
@@ -41,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from coordinator import topk
+from coordinator.admission import Admission, Admitted
 from coordinator.live import LiveMessages
 from coordinator.netting import expirations, net
 from coordinator.ops import Op, ShardHandle, fail
@@ -103,6 +105,7 @@ class Engine:
         on_round: Callable[[Round], Any],
         batch_max: int = 512,
         batch_delay_ms: float = 2.0,
+        defer_ms: float = 0.0,
         queue_max: int = 100_000,
         max_live_messages: int = 1_000_000,
         clock: Callable[[], float] = time.time,
@@ -117,6 +120,8 @@ class Engine:
         self.on_round = on_round
         self.batch_max = batch_max
         self.batch_delay = batch_delay_ms / 1000.0
+        self.admission = Admission(self.batch_delay, defer_ms / 1000.0)
+        """When the next round goes (``coordinator.admission``)."""
         self.queue_max = queue_max
         self.max_live_messages = max_live_messages
         """Stored messages (ttl > 0) live or waiting for their round at once (``publish_many``)."""
@@ -130,6 +135,9 @@ class Engine:
         """Stored messages not yet expired."""
         self.router = Router(pm, self.slots, self.live, self.stats)
         """The subscriptions and where each is placed."""
+        self.waiting: dict[str, Subscription] = {}
+        """Subscriptions answered before their round (``deferred``) and not routed yet."""
+        self._admitted = Admitted(self.router.subs, self.waiting)
         self.pending: list[Op] = []
         self.seq = 0
         """The next operation's sequence number (``Op.seq``)."""
@@ -137,8 +145,6 @@ class Engine:
         """The lowest sequence number in the round being routed (``_Sent.floor``)."""
         self._stored_waiting = 0
         """Stored messages among ``pending``: ``live`` has them only once their round is sent."""
-        self._first_at = 0.0
-        """Event-loop time at which the oldest waiting operation arrived."""
         self._topk_seen = False
         """Whether a top-k publish was ever queued: from then on a round is cut after
         ``coordinator.topk.TOPK_PER_ROUND`` of them (``topk.round_cut``)."""
@@ -159,9 +165,9 @@ class Engine:
         return self.router.pm
 
     @property
-    def subs(self) -> dict[str, Subscription]:
-        """The subscriptions (the router's)."""
-        return self.router.subs
+    def subs(self) -> Admitted:
+        """The subscriptions: the router's, and those answered that wait for their round."""
+        return self._admitted
 
     @property
     def placement(self) -> dict[str, tuple[int, ...]]:
@@ -244,7 +250,6 @@ class Engine:
         if len(self.pending) + len(msgs) > self.queue_max:
             self.stats["rejected_overload"] += 1
             raise OverloadedError(f"{len(self.pending)} operations waiting; retry later")
-        self._mark_first()
         room = self.max_live_messages - len(self.live) - self._stored_waiting
         stored = 0
         live = self.live
@@ -283,16 +288,34 @@ class Engine:
         return self.subscribe_many([sub])[0]
 
     def subscribe_many(
-        self, subs: Sequence[Subscription], placed: Sequence[tuple[int, ...]] | None = None
+        self,
+        subs: Sequence[Subscription],
+        placed: Sequence[tuple[int, ...]] | None = None,
+        *,
+        deferred: bool = False,
     ) -> list[asyncio.Future]:
         """Register a batch in order, all or nothing (OverloadedError queues none of it).
-        ``placed``: each one's ``router.shards_of_region``, when the caller has them."""
-        if placed is None:
-            return self._submit_many([Op("sub", s, self._future()) for s in subs])
+        ``placed``: each one's ``router.shards_of_region``, when the caller has them;
+        ``deferred``: their caller does not wait for their round (``coordinator.admission``)."""
         future = self._future
-        return self._submit_many(
-            [Op("sub", s, future(), placed=p) for s, p in zip(subs, placed, strict=True)]
-        )
+        if placed is None:
+            futs = self._submit_many([Op("sub", s, future(), deferred=deferred) for s in subs])
+        else:
+            futs = self._submit_many(
+                [
+                    Op("sub", s, future(), placed=p, deferred=deferred)
+                    for s, p in zip(subs, placed, strict=True)
+                ]
+            )
+        if deferred:
+            self.waiting.update((s.id, s) for s in subs)
+        return futs
+
+    def may_defer(self, n: int) -> bool:
+        """Whether ``n`` subscribes may be answered before their round (``deferred``): rounds
+        may wait for them (``defer_ms`` > 0), and they keep up (fewer than ``batch_max``
+        operations wait with them; a caller that outruns the shards waits for its round)."""
+        return self.admission.defer > 0 and len(self.pending) + n <= self.batch_max
 
     def unsubscribe(self, sub_id: str) -> asyncio.Future:
         return self.unsubscribe_many([sub_id])[0]
@@ -329,7 +352,6 @@ class Engine:
             self.stats["rejected_overload"] += 1
             raise OverloadedError(f"{len(self.pending)} operations waiting; retry later")
         loop = asyncio.get_running_loop()
-        self._mark_first()
         ops = [Op("move", sid, loop.create_future(), point=p) for sid, p in moves]
         self._queued(ops)
         return [op.future for op in ops]
@@ -365,9 +387,8 @@ class Engine:
 
     def queue_first(self, ops: list[Op]) -> None:
         """Queue operations ahead of every operation waiting."""
-        if not self.pending:
-            self._first_at = asyncio.get_running_loop().time()
         self.pending[:0] = ops
+        self.admission.queued(ops)
         self._wake.set()
 
     def take_pending(self, which: Callable[[Op], bool]) -> list[Op]:
@@ -403,16 +424,13 @@ class Engine:
 
     def _queued(self, ops: list[Op]) -> None:
         """Queue operations; wake the loop when it may have something to do: the first ones
-        (it may be idle) or a full round (it may be waiting for one)."""
+        (it may be idle), a full round (it may be waiting for one), or ones that make the next
+        round due sooner (a publish after deferred subscribes)."""
         self.pending.extend(ops)
         n = len(self.pending)
-        if n == len(ops) or n >= self.batch_max:
+        sooner = self.admission.queued(ops)
+        if n == len(ops) or n >= self.batch_max or sooner:
             self._wake.set()
-
-    def _mark_first(self) -> None:
-        """Note when the oldest waiting operation arrived (nothing was waiting before it)."""
-        if not self.pending:
-            self._first_at = asyncio.get_running_loop().time()
 
     def _check_open(self) -> None:
         if self._stopped:
@@ -428,7 +446,6 @@ class Engine:
         if len(self.pending) + len(ops) > self.queue_max:
             self.stats["rejected_overload"] += 1
             raise OverloadedError(f"{len(self.pending)} operations waiting; retry later")
-        self._mark_first()
         self._queued(ops)
         return [op.future for op in ops]
 
@@ -439,7 +456,6 @@ class Engine:
         actor runs one caller's calls in order): the coordinator then routes round r+1 while
         the shards work on round r."""
         inflight = self.inflight
-        loop = asyncio.get_running_loop()
         try:
             while True:
                 while inflight and inflight[0].results.done():
@@ -464,14 +480,19 @@ class Engine:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._wake.wait(), timeout)
                 if self.pending and len(self.pending) < self.batch_max:
-                    # let a round fill until its oldest operation has waited batch_delay
-                    wait = self._first_at + self.batch_delay - loop.time()
+                    # let a round fill until its deadline (``coordinator.admission``); an
+                    # operation that brings it closer wakes the loop
+                    wait = self.admission.deadline() - time.perf_counter()
                     if wait > 0:
-                        await asyncio.sleep(wait)
+                        self._wake.clear()
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(self._wake.wait(), wait)
+                        continue
                 cap = self.batch_max * max(1, len(self.shards))
                 n = topk.round_cut(self.pending, cap) if self._topk_seen else cap
                 ops = self.pending[:n]
                 del self.pending[: len(ops)]
+                self.admission.taken(self.pending)
                 inflight.append(self._send(ops))
         finally:
             for sent in inflight:
@@ -687,6 +708,8 @@ class Engine:
         elif kind == "topk":
             router.route_topk(op, send)
         elif kind == "sub":
+            if op.deferred and self.waiting.get(op.arg.id) is op.arg:  # (not answered again since)
+                del self.waiting[op.arg.id]
             router.route_sub(op.arg, send, op)
         elif kind == "unsub":
             self.recovery.forget(op.arg, op.seq)

@@ -66,6 +66,8 @@ class Op:
     """The order the engine routed it in (a "redo" operation: its item's first routing):
     what a shard missed of a subscription before it was unsubscribed is an old one's
     (``Recovery.forget``)."""
+    deferred: bool = False
+    """A subscribe already answered (``coordinator.admission``): its round may wait."""
     born: float = field(default_factory=time.perf_counter)
     """When it reached the engine (``perf_counter``): ``coordinator.metrics`` times a publish
     to its deliveries from here."""

@@ -173,6 +173,7 @@ class Coordinator:
             on_round=self.deliveries.on_round,
             batch_max=s.batch_max,
             batch_delay_ms=s.batch_delay_ms,
+            defer_ms=s.subscribe_defer_ms if s.subscribe_ack == "stored" else 0.0,
             queue_max=s.queue_max,
             max_live_messages=s.max_live_messages,
             clock=self.clock,

@@ -1,6 +1,7 @@
 """The GeoPubSub gRPC service: each RPC validated and converted (``geopubsub.convert``), its
 caller's rights checked (``coordinator.access``), handed to the ``Engine`` and answered when its
-round has been delivered (``coordinator.deliveries``), within the call's deadline. Errors are
+round has been delivered (``coordinator.deliveries``), within the call's deadline; a Subscribe,
+once Redis holds it and its round is queued (``Settings.subscribe_ack``). Errors are
 raised as ``shard.errors`` and mapped to status codes by ``@grpc_errors`` only. The process
 around it (loading, reloading, health, stopping) is ``coordinator.server``.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -33,9 +35,22 @@ from shard.partition_map import MAX_PARTS
 if TYPE_CHECKING:
     from coordinator.server import Coordinator
 
+log = logging.getLogger(__name__)
+
 STREAM_WINDOW = 4096
 """Operations (messages, moves) of one PublishStream / LocationStream in flight before it reads
 more requests (backpressure)."""
+
+
+def _round_failed(fut: asyncio.Future) -> None:
+    """The round of a subscribe answered before it (``Settings.subscribe_ack``) failed: said in
+    the log. Redis holds the subscription: a shard that was down gets it when it is reloaded
+    (UNAVAILABLE, not logged), as does a restarted coordinator."""
+    if fut.cancelled():
+        return
+    exc = fut.exception()
+    if exc is not None and not isinstance(exc, UnavailableError):
+        log.warning("a subscribe answered before its round failed there: %s", exc)
 
 
 def _check_batch_ids(msgs: Sequence) -> None:
@@ -114,16 +129,25 @@ class GeoPubSubService(pb_grpc.GeoPubSubServicer):
             ephemeral=ephemeral,
             mark=True,
         )
+        settings = self.app.settings
         try:
             engine = self.engine  # (a reload since brings another router: it places them)
-            futs = engine.subscribe_many(subs, placed if engine.router is router else None)
+            # answered now (Redis holds them; every later operation is queued after them)
+            # or once their round is done (``Settings.subscribe_ack``)
+            deferred = settings.subscribe_ack == "stored" and engine.may_defer(len(subs))
+            futs = engine.subscribe_many(
+                subs, placed if engine.router is router else None, deferred=deferred
+            )
         except Exception:  # (queue full, stopping): no round will tell them
             with contextlib.suppress(Exception):
                 await md.unmark([s.id for s in subs])
             raise
-        limit, why = self.app.settings.deadline_s, self.app.stalled
-        for fut in futs:
-            await within(fut, context, limit, why)
+        if deferred:
+            for fut in futs:
+                fut.add_done_callback(_round_failed)
+        else:
+            for fut in futs:
+                await within(fut, context, settings.deadline_s, self.app.stalled)
         slots = self.app.slots
         for s, e in zip(subs, ephemeral, strict=True):
             if e != (s.id in slots.ephemeral):

@@ -43,6 +43,19 @@ class Settings:
     batch_delay_ms: float = 2.0
     """Longest a publish waits for its micro-batch to fill when no round is at the shards (while
     one is, the next round gathers until it is back or ``batch_max`` operations wait)."""
+    subscribe_ack: str = "stored"
+    """When a Subscribe is answered. ``"stored"``: once Redis holds it (the source of truth a
+    restart rebuilds from) and its round is queued: every operation accepted after the answer
+    comes after it, so a later publish reaches it; its +m for the messages live before it are
+    delivered within ``subscribe_defer_ms`` (while the rounds keep up: a call that finds
+    ``batch_max`` operations waiting is answered as ``"applied"``). ``"applied"``: once its
+    round has been applied by the shards and delivered."""
+    subscribe_defer_ms: float = 100.0
+    """Longest a subscribe answered ``"stored"`` waits for its round (an operation of another
+    kind takes it along at once), so that the shards take single Subscribes tens at a time: a
+    shard idle for a few milliseconds pays ~0.3-0.6 ms of CPU for its next round however small
+    (docs/BENCHMARKS.md). It is how late a new subscription's +m for the messages live before
+    it may come."""
     queue_max: int = 100_000
     """Operations (publishes, moves, subscribes) waiting for a round, all shards together, past
     which a new one answers RESOURCE_EXHAUSTED."""
@@ -138,6 +151,18 @@ class Settings:
         _check(0 <= self.port <= 65535, "port", self.port, "0..65535")
         _check(self.batch_max >= 1, "batch_max", self.batch_max, ">= 1")
         _check(self.batch_delay_ms >= 0, "batch_delay_ms", self.batch_delay_ms, ">= 0")
+        _check(
+            self.subscribe_ack in ("stored", "applied"),
+            "subscribe_ack",
+            self.subscribe_ack,
+            '"stored" or "applied"',
+        )
+        _check(
+            0 <= self.subscribe_defer_ms <= 1000,
+            "subscribe_defer_ms",
+            self.subscribe_defer_ms,
+            "in [0, 1000]",
+        )
         _check(self.queue_max >= 1, "queue_max", self.queue_max, ">= 1")
         _check(
             0 < self.max_ttl_s <= MAX_TTL_S, "max_ttl_s", self.max_ttl_s, f"in (0, {MAX_TTL_S:.0f}]"

@@ -43,10 +43,11 @@ class SlowShard(LocalShard):
 
 
 def test_a_subscribe_past_its_deadline_is_still_kept_across_a_restart(redis_url):
-    """The call times out but its round still applies it: Redis must have it too."""
+    """Answered once applied (``subscribe_ack="applied"``): the call times out but its round
+    still applies it: Redis must have it too."""
 
     async def main():
-        s = _settings(redis_url, deadline_s=0.1)
+        s = _settings(redis_url, deadline_s=0.1, subscribe_ack="applied")
         server, port, app = await create_server(s, lambda k: SlowShard(k))
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
             stub = pb_grpc.GeoPubSubStub(ch)
@@ -61,6 +62,39 @@ def test_a_subscribe_past_its_deadline_is_still_kept_across_a_restart(redis_url)
         await stop_server(server, app)
         server, port, app = await create_server(s, lambda k: LocalShard(k))  # a restart
         assert "late" in app.engine.subs
+        await stop_server(server, app)
+
+    asyncio.run(main())
+
+
+def test_a_subscribe_answered_once_stored_is_found_and_matched_at_once(redis_url):
+    """Answered once Redis holds it (``subscribe_ack="stored"``, the default), before a slow
+    round: GetSubscription finds it at once, a publish sent after the answer reaches it (its
+    round comes after the subscribe's), an Unsubscribe finds it, and a restart keeps it."""
+
+    async def main():
+        s = _settings(redis_url, deadline_s=5.0, subscribe_defer_ms=200.0)
+        assert s.subscribe_ack == "stored"
+        server, port, app = await create_server(s, lambda k: SlowShard(k))
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            stub = pb_grpc.GeoPubSubStub(ch)
+            subs = [Subscription(f"early{i}", (("x",),), Rect(0, 0, 1, 1)) for i in range(3)]
+            t0 = time.perf_counter()
+            for sub in subs:
+                req = pb.SubscribeRequest(subscription=to_proto_subscription(sub))
+                assert (await stub.Subscribe(req)).id == sub.id
+            assert time.perf_counter() - t0 < 0.25  # no round waited for (each takes 0.3 s)
+            assert "early0" in app.engine.waiting  # (its round has not been routed yet)
+            got = await stub.GetSubscription(pb.GetSubscriptionRequest(id="early0"))
+            assert got.id == "early0"
+            msg = pb.Message(keywords=["x"], point=pb.Point(lon=0.5, lat=0.5))
+            reached = await stub.Publish(pb.PublishRequest(message=msg))
+            assert reached.matched == 3
+            assert not app.engine.waiting
+            await stub.Unsubscribe(pb.UnsubscribeRequest(id="early2"))
+        await stop_server(server, app)
+        server, port, app = await create_server(s, lambda k: LocalShard(k))  # a restart
+        assert {"early0", "early1"} <= set(app.engine.subs) and "early2" not in app.engine.subs
         await stop_server(server, app)
 
     asyncio.run(main())
@@ -121,6 +155,38 @@ def test_a_light_load_gathers_into_few_rounds_and_a_heavy_one_keeps_shards_busy(
         await asyncio.gather(*futs)
         assert max(sh.most_busy for sh in shards) == ROUNDS_IN_FLIGHT
         assert max(max(sh.sizes) for sh in shards) <= 16  # batch_max per shard
+        await eng.stop()
+
+    asyncio.run(main())
+
+
+def test_answered_subscribes_wait_for_their_round_until_another_operation_comes():
+    """Subscribes answered before their round (``deferred``) go to the shards together, at
+    the latest ``defer_ms`` after the first; a publish queued after them is not held for that:
+    it takes them along in a round that goes after ``batch_delay_ms``, in arrival order."""
+
+    async def main():
+        shards = [CountingShard(k, 0.0) for k in range(2)]
+        eng = _engine(shards, batch_max=64, batch_delay_ms=2.0, defer_ms=10_000.0)
+        eng.start()
+        subs = [Subscription(f"d{i}", (("x",),), Rect(-20, -5, 20, 5)) for i in range(20)]
+        futs = []
+        for sub in subs:  # arriving 1 ms apart
+            assert eng.may_defer(1)
+            futs += eng.subscribe_many([sub], deferred=True)
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0.05)
+        assert eng.stats["rounds"] == 0 and set(eng.waiting) == {s.id for s in subs}
+        assert "d3" in eng.subs and len(eng.subs) == 20  # found before they are routed
+        t0 = time.perf_counter()
+        (reached,) = eng.publish_many(_messages(1, "p"), [b""], ["m"])
+        assert await reached == 20  # the round took the subscribes first
+        assert time.perf_counter() - t0 < 2.0  # (not the 10 s they could have waited)
+        assert all(f.done() for f in futs) and not eng.waiting
+        assert eng.stats["rounds"] == 1 and sorted(n for sh in shards for n in sh.sizes) == [20, 21]
+        (late,) = eng.subscribe_many([Subscription("z", (("x",),), Rect(0, 0, 1, 1))])
+        await late  # not deferred: its round goes after batch_delay_ms
+        assert not eng.may_defer(65)  # (past batch_max with those waiting: answered once applied)
         await eng.stop()
 
     asyncio.run(main())

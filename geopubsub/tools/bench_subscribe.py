@@ -148,6 +148,10 @@ async def paced_latency(
                 await asyncio.sleep(delay)
             tasks.append(asyncio.ensure_future(one(request)))
         await asyncio.gather(*tasks)
+        # a Subscribe may be answered before its round (``subscribe_ack``): a publish queued
+        # after them all returns once their rounds are done, so the CPU measured has them
+        barrier = pb.Message(keywords=["geopubsub-bench-barrier"], point=pb.Point(lon=0, lat=0))
+        await stub.Publish(pb.PublishRequest(message=barrier), timeout=60.0)
         rounds = (await stub.GetStats(pb.GetStatsRequest())).rounds - rounds0
     return took, rounds
 
