@@ -551,7 +551,7 @@ class Engine:
                     fail(op.future, err)
             raise
         for sid in rnd.removed:  # delivered: the slot may go to another subscription
-            if sid not in self.subs:
+            if sid not in self.router.subs:  # (routed: one answered since takes a slot when routed)
                 self.slots.release(sid)
 
     async def _merge_round(self, sent: _Sent) -> Round:

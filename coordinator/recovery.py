@@ -184,9 +184,11 @@ class Recovery:
         for k, fields in records.items():
             on_k = {m.id: m for m, _, _ in live if k in eng.shards_of(m)}
             items = from_record(
-                k, fields, eng.subs, eng.placement, eng.slots.slot_of, on_k, one_shot
+                k, fields, eng.router.subs, eng.placement, eng.slots.slot_of, on_k, one_shot
             )
-            share, redo = told({s.id: s for s in per.get(k, ())}, items, eng.subs.__contains__)
+            share, redo = told(
+                {s.id: s for s in per.get(k, ())}, items, eng.router.subs.__contains__
+            )
             per[k] = share
             last = {record_field(x[0]): i for i, x in enumerate(redo)}
             self.settle(k, set(fields) - last.keys())
@@ -274,7 +276,7 @@ class Recovery:
         outage = self.down[k]
         try:
             while not eng.stopped:
-                share = {sid: s for sid, s in eng.subs.items() if k in eng.placement[sid]}
+                share = {sid: s for sid, s in eng.router.subs.items() if k in eng.placement[sid]}
                 if outage.overflow:  # too much missed: loaded as things are now
                     outage.overflow = False
                     outage.missed.clear()
@@ -288,7 +290,7 @@ class Recovery:
                     )
                 n, since = len(outage.missed), eng.seq
                 subs, redo = told(
-                    share, alive(outage.missed[:n], self.unsubscribed), eng.subs.__contains__
+                    share, alive(outage.missed[:n], self.unsubscribed), eng.router.subs.__contains__
                 )
                 try:
                     await eng.load_shard(k, subs, eng.tick())
@@ -316,7 +318,7 @@ class Recovery:
                 # moved away is unsubscribed on its new shards only), and one subscribed anew
                 # since is a new one (``Outage.alive``); of the publishes, those of messages
                 # still live (the first time each)
-                live, exists = eng.live, eng.subs.__contains__
+                live, exists = eng.live, eng.router.subs.__contains__
                 unsubscribed = self.unsubscribed
                 gone = {
                     x.id for x in subs if not exists(x.id) or unsubscribed.get(x.id, -1) >= since

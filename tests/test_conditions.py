@@ -30,7 +30,7 @@ from shard.indexes import RIVAL_NAMES
 from shard.model import ADD, REMOVE, Message, Point, subscription_from_dict
 from shard.state import ShardState
 from shard.workload import read_messages, read_subscriptions
-from tests.clusters import Cluster, coordinator_settings, subscribe_all
+from tests.clusters import Cluster, coordinator_settings, settled, subscribe_all
 from tests.test_shard_state import ShardVersusOracle
 from tests.workloads import (
     Mirror,
@@ -108,6 +108,7 @@ def test_a_cluster_delivers_not_polygons_and_predicates_as_the_oracle(ray_sessio
             stub = c.stub
             # the ranked ones after the others: their idf weights count those
             await subscribe_all(stub, [*(s for s in subs if s.threshold is None), ell])
+            await settled(c.app.engine)  # (routed: a Subscribe may be answered before)
             await subscribe_all(stub, [s for s in subs if s.threshold is not None])
             got = await stub.GetSubscription(pb.GetSubscriptionRequest(id="walker"))
             assert from_proto_subscription(got) == ell

@@ -219,11 +219,13 @@ class HangingShard(LocalShard):
         return await super().apply(ops, now)
 
 
-def test_a_subscribe_cut_short_by_a_crash_is_told_after_the_restart(redis_url):
+@pytest.mark.parametrize("ack", ["stored", "applied"])
+def test_a_subscribe_cut_short_by_a_crash_is_told_after_the_restart(redis_url, ack):
     """Redis has a subscription the moment Subscribe writes it; its ADDs come in a round. A
     coordinator killed in between leaves it marked untold, and the next one tells it (and
-    clears the mark); a subscribe that went through leaves no mark."""
-    settings = coordinator_settings(redis_url, uuid.uuid4().hex, shards=1)
+    clears the mark); a subscribe that went through leaves no mark. Answered once stored, the
+    call succeeds before the round; answered once applied, it times out."""
+    settings = coordinator_settings(redis_url, uuid.uuid4().hex, shards=1, subscribe_ack=ack)
     m = Message("L", ("a",), Point(0.2, 0.2), ttl=60.0)
     req = pb.SubscribeRequest(
         subscription=to_proto_subscription(Subscription("late", (("a",),), Rect(0, 0, 1, 1)))
@@ -234,10 +236,14 @@ def test_a_subscribe_cut_short_by_a_crash_is_told_after_the_restart(redis_url):
         async with Node(settings, HangingShard) as a:
             await a.stub.Publish(pb.PublishRequest(message=to_proto_message(m)))
             await a.stub.Subscribe(_subscription(random.Random(1), "early", False))
+            await settled(a.app.engine)
             assert await a.app.md.untold() == {}  # told in its round: no mark left
             HangingShard.hang = True
-            with pytest.raises(grpc.aio.AioRpcError):
+            if ack == "stored":
                 await a.stub.Subscribe(req, timeout=0.5)
+            else:
+                with pytest.raises(grpc.aio.AioRpcError):
+                    await a.stub.Subscribe(req, timeout=0.5)
             assert list(await a.app.md.untold()) == ["late"]
             await a.crash()
         HangingShard.hang = False
@@ -261,6 +267,7 @@ async def _near_and_far(settings) -> Node:
         Subscription("far", (("a",),), Rect(8, 8, 9, 9)),
     ):
         await node.stub.Subscribe(pb.SubscribeRequest(subscription=to_proto_subscription(s)))
+    await settled(node.app.engine)  # (routed: a Subscribe may be answered before)
     assert node.app.engine.placement == {"near": (0,), "far": (1,)}
     return node
 
