@@ -309,6 +309,9 @@ class Engine:
             )
         if deferred:
             self.waiting.update((s.id, s) for s in subs)
+            slot = self.slots.slot  # (now: a stream opened before its round follows it)
+            for s in subs:
+                slot(s.id)
         return futs
 
     def may_defer(self, n: int) -> bool:

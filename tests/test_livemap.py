@@ -35,7 +35,7 @@ from shard.geometry import region_bbox
 from shard.model import Circle, Message, Point, Rect, Subscription, subscription_from_dict
 from shard.partition_map import PartitionMap, bbox_centre
 from shard.state import ShardState
-from tests.clusters import Cluster, coordinator_settings, subscribe_all
+from tests.clusters import Cluster, coordinator_settings, settled, subscribe_all
 from tests.workloads import as_moving, random_subscription
 
 ARTIFACTS = Path(os.environ.get("GEOPUBSUB_TEST_ARTIFACTS", ".geopubsub/test-artifacts"))
@@ -163,6 +163,9 @@ def test_density_and_watch_show_a_real_clusters_subscriptions_and_traffic(ray_se
             await subscribe_all(stub, subs)
             for s in movers:
                 await stub.Subscribe(pb.SubscribeRequest(subscription=to_proto_subscription(s)))
+            # (the density is the shards': a Subscribe answered before its round is counted
+            # once the round is done, within subscribe_defer_ms)
+            await settled(c.app.engine)
             everyone = subs + movers
 
             # the density: every subscription once, by its centre; a keyword; a view

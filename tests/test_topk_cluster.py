@@ -31,7 +31,7 @@ from shard.model import (
 from shard.topk.hosted import as_event
 from shard.topk.model import TopKSubscription
 from shard.topk.oracle import reference_topk
-from tests.clusters import Cluster, coordinator_settings, subscribe_all
+from tests.clusters import Cluster, coordinator_settings, settled, subscribe_all
 
 pytestmark = pytest.mark.e2e
 
@@ -97,6 +97,7 @@ def test_topk_publishes_reach_the_oracles_k_best(ray_session, redis_url, tmp_pat
         async with Cluster(settings) as c:
             stub = c.stub
             await subscribe_all(stub, [*subs.values(), *plain])
+            await settled(c.app.engine)  # (routed: a Subscribe may be answered before)
             got = await stub.GetSubscription(pb.GetSubscriptionRequest(id="s0"))
             assert from_proto_subscription(got) == subs["s0"]
             placed = c.app.engine.placement

@@ -107,7 +107,10 @@ class GeoPubSubServicer(object):
     """
 
     def Subscribe(self, request, context):
-        """Create the subscription, or replace the one with the same id (idempotent).
+        """Create the subscription, or replace the one with the same id (idempotent). Answered once
+        it is stored (the coordinator's `subscribe_ack`, "stored" by default): every call
+        accepted after the answer sees it (a publish reaches it), and its ADDs for the messages
+        live before it come within `subscribe_defer_ms` (100 ms); with "applied", once they have.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
