@@ -87,10 +87,14 @@ def test_a_subscribe_answered_once_stored_is_found_and_matched_at_once(redis_url
             assert "early0" in app.engine.waiting  # (its round has not been routed yet)
             got = await stub.GetSubscription(pb.GetSubscriptionRequest(id="early0"))
             assert got.id == "early0"
-            msg = pb.Message(keywords=["x"], point=pb.Point(lon=0.5, lat=0.5))
+            stream = stub.StreamResults(pb.StreamResultsRequest(id="early0"))  # before its round
+            msg = pb.Message(id="m", keywords=["x"], point=pb.Point(lon=0.5, lat=0.5))
             reached = await stub.Publish(pb.PublishRequest(message=msg))
             assert reached.matched == 3
             assert not app.engine.waiting
+            first = await asyncio.wait_for(stream.read(), 5.0)
+            assert (first.sequence, first.kind, first.message.id) == (1, pb.Delivery.ADD, "m")
+            stream.cancel()
             await stub.Unsubscribe(pb.UnsubscribeRequest(id="early2"))
         await stop_server(server, app)
         server, port, app = await create_server(s, lambda k: LocalShard(k))  # a restart
