@@ -49,6 +49,11 @@ class Admission:
                 self._urgent_at = op.born
         return self.deadline() < before
 
+    def hurry(self) -> None:
+        """The deferred operations waiting are due now (a reload is about to stop the engine)."""
+        if self._deferred_at < math.inf:
+            self._deferred_at = -math.inf
+
     def taken(self, left: Sequence[Op]) -> None:
         """A round took the queue's oldest operations; ``left`` are those still waiting (only
         after a full round: a load, under which nothing is deferred). They count as urgent from

@@ -320,6 +320,16 @@ class Engine:
         operations wait with them; a caller that outruns the shards waits for its round)."""
         return self.admission.defer > 0 and len(self.pending) + n <= self.batch_max
 
+    async def send_deferred(self, timeout: float) -> None:
+        """Send the subscribes answered before their round now, and wait (at most ``timeout``
+        s) until their rounds are done: a reload stops the engine, and loads the shards as Redis
+        has them, without telling a subscription whose round was cut off its ADDs."""
+        futs = [op.future for op in self.pending if op.deferred]
+        if futs:
+            self.admission.hurry()
+            self._wake.set()
+            await asyncio.wait(futs, timeout=timeout)
+
     def unsubscribe(self, sub_id: str) -> asyncio.Future:
         return self.unsubscribe_many([sub_id])[0]
 

@@ -104,6 +104,44 @@ def test_a_subscribe_answered_once_stored_is_found_and_matched_at_once(redis_url
     asyncio.run(main())
 
 
+def test_subscribes_answered_before_a_reload_are_loaded_and_told(redis_url):
+    """Subscribes answered once stored and waiting for their round when a Reload comes: their
+    round goes first (a reload loads the shards as Redis has them and would not tell them),
+    so each is told its ADD for the message live before it, once; a publish after reaches
+    them. (Before the fix: only "A" came.)"""
+
+    async def main():
+        s = _settings(redis_url, subscribe_defer_ms=1000.0)
+        server, port, app = await create_server(s, lambda k: LocalShard(k))
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            stub = pb_grpc.GeoPubSubStub(ch)
+            live = pb.Message(id="L", keywords=["x"], point=pb.Point(lon=0.5, lat=0.5), ttl_s=60)
+            await stub.Publish(pb.PublishRequest(message=live))
+            for i in range(3):
+                sub = Subscription(f"w{i}", (("x",),), Rect(0, 0, 1, 1))
+                await stub.Subscribe(pb.SubscribeRequest(subscription=to_proto_subscription(sub)))
+            assert len(app.engine.waiting) == 3  # (the reload comes before their round)
+            await stub.Reload(pb.ReloadRequest(), timeout=60)
+            assert not app.engine.waiting and len(app.engine.subs) == 3
+            after = pb.Message(id="A", keywords=["x"], point=pb.Point(lon=0.5, lat=0.5))
+            assert (await stub.Publish(pb.PublishRequest(message=after))).matched == 3
+            for i in range(3):
+                call = stub.StreamResults(pb.StreamResultsRequest(id=f"w{i}"))
+                got = []
+                with contextlib.suppress(TimeoutError):
+                    while len(got) < 2:
+                        got.append(await asyncio.wait_for(call.read(), 2.0))
+                call.cancel()
+                assert [(d.sequence, d.kind, d.message.id) for d in got] == [
+                    (1, pb.Delivery.ADD, "L"),
+                    (2, pb.Delivery.ADD, "A"),
+                ]
+            assert await app.md.untold() == {}
+        await stop_server(server, app)
+
+    asyncio.run(main())
+
+
 class CountingShard(LocalShard):
     """Records every round's share and how many rounds are at the shard at once."""
 
