@@ -35,7 +35,7 @@ from shard.aptree.match import all_stamped, grown
 from shard.aptree.store import SubscriptionStore
 from shard.aptree.tree import EncodedMessages, encode_messages, ids_by_message
 from shard.aptree.vocab import VocabTable
-from shard.geometry import exact_hit
+from shard.geometry import KIND_CIRCLE, exact_hit
 from shard.model import Message, Subscription
 
 
@@ -116,14 +116,38 @@ def match_postings(
     so only the clauses of a subscription of several (``p_multi``) read and stamp ``SM``, as the
     AP-Tree's kernel does. Returns (message index, subscription slot) pairs, each slot at most
     once per message, and the last stamp used. O(sum of the probed lists' lengths + terms of
-    the candidates whose box meets the message)."""
-    v = start.shape[0] - 2
-    nm = m_kind.shape[0]
+    the candidates whose box meets the message).
+
+    As the AP-Tree's kernel (``shard.aptree.match.traverse_kernel``), the loop runs over output
+    arrays it never replaces (``_match_postings``); when they are full it stops at the start of
+    the message it was on, and this grows them and has it go on."""
     out_m = np.empty(1024, np.int32)
     out_s = np.empty(1024, np.int32)
+    q = 0
     nout = 0
     stamp = stamp0
-    for q in range(nm):
+    while True:
+        q, nout, stamp = _match_postings(
+            start, p_sub, p_box, p_toff, p_terms, p_multi, kind, circ, TM, SM, stamp,
+            m_off, m_terms, m_kind, m_geom, q, out_m, out_s, nout,
+        )  # fmt: skip
+        if q == m_kind.shape[0]:
+            break
+        out_m = grown(out_m, out_m.shape[0])
+        out_s = grown(out_s, out_s.shape[0])
+    return out_m[:nout].copy(), out_s[:nout].copy(), stamp
+
+
+@njit(cache=True)
+def _match_postings(start, p_sub, p_box, p_toff, p_terms, p_multi, kind, circ, TM, SM, stamp, m_off, m_terms, m_kind, m_geom, q0, out_m, out_s, nout):  # fmt: skip
+    """``match_postings``' loop from message ``q0``. Returns (message, pairs, stamp): the
+    message count when done, else the message whose pairs found ``out_m`` full and the pairs
+    before it."""
+    v = start.shape[0] - 2
+    nm = m_kind.shape[0]
+    cap = out_m.shape[0]
+    for q in range(q0, nm):
+        nout_q = nout
         stamp += 1
         t0 = m_off[q]
         t1 = m_off[q + 1]
@@ -145,17 +169,18 @@ def match_postings(
                     continue
                 if not all_stamped(TM, p_terms, p_toff[p], p_toff[p + 1], stamp):
                     continue
-                if not exact_hit(kind[s], p_box[p], circ[s], is_point, gx0, gy0, m_geom[q]):
+                if kind[s] == KIND_CIRCLE and not exact_hit(
+                    KIND_CIRCLE, p_box[p], circ[s], is_point, gx0, gy0, m_geom[q]
+                ):
                     continue
                 if multi:
                     SM[s] = stamp
-                if nout == out_m.shape[0]:
-                    out_m = grown(out_m, nout)
-                    out_s = grown(out_s, nout)
+                if nout == cap:
+                    return q, nout_q, stamp
                 out_m[nout] = q
                 out_s[nout] = s
                 nout += 1
-    return out_m[:nout].copy(), out_s[:nout].copy(), stamp
+    return nm, nout, stamp
 
 
 class InvertedList:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
+from shard.applus import APPlusTree
 from shard.aptree import APTree
 from shard.aptree.layout import (
     F_CHOFF,
@@ -416,3 +417,37 @@ def test_the_wide_roots_leaves_by_term_stay_exact_through_subscribes_and_unsubsc
     tree._leaves, tree._leaves_at = old, tree._changes
     probe = [Message("p", (f"w{hot}",), Point(5, 5))]
     assert set(tree.match_batch(probe)[0]) != set(brute.match_batch(probe)[0])
+
+
+def test_messages_that_outgrow_the_kernels_arrays_lose_nothing():
+    # a root k-node of 600 one-keyword cuts and messages holding every keyword: each message
+    # pushes 600 children (the kernel's stack starts at 256), matches 600 subscriptions (its
+    # pairs start at 1,024) and visits 601 nodes (the trace starts at 4,096 entries); the
+    # kernel stops where an array is full, grows it and goes on from that message
+    n = 600
+    subs = [Subscription(f"s{i}", ((f"k{i}",),), Rect(-10, -10, 10, 10)) for i in range(n)]
+    subs += [Subscription(f"far{i}", ((f"k{i}",),), Rect(50, 50, 60, 60)) for i in range(n)]
+    tree = APTree.build(subs, theta_p=4)
+    assert root_type(tree) == KNODE
+    every = tuple(f"k{i}" for i in range(n))
+    msgs = [Message(f"m{j}", every, Point(j / 10, 0.0)) for j in range(40)]
+    msgs += [Message("few", ("k1", "k2"), Point(55, 55)), Message("r", every, Rect(-1, -1, 51, 51))]
+    oracle = BruteMatcher()
+    for s in subs:
+        oracle.subscribe(s)
+    assert_same_matches(tree, oracle, msgs)
+    assert sum(map(len, tree.match_batch(msgs))) == 40 * n + 2 + 2 * n
+
+    moving = APPlusTree.build(subs, theta_p=4)
+    e = moving.encode(msgs)
+    tr_m, tr_n = moving.traversal(e.off, e.terms, e.kind, e.geom)
+    assert tr_m.shape[0] > 4096
+    one_by_one = [moving.traversal(*_one(e, q)) for q in range(len(msgs))]
+    assert tr_m.tolist() == [q for q, (m, _) in enumerate(one_by_one) for _ in m.tolist()]
+    assert tr_n.tolist() == [u for _, nodes in one_by_one for u in nodes.tolist()]
+
+
+def _one(e, q: int):
+    """Message ``q`` of encoded batch ``e`` as a batch of its own (off, terms, kind, geom)."""
+    a, b = int(e.off[q]), int(e.off[q + 1])
+    return np.array([0, b - a]), e.terms[a:b], e.kind[q : q + 1], e.geom[q : q + 1]

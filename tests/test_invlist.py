@@ -181,3 +181,19 @@ def test_bench_match_invlist_and_beside_the_aptree(tmp_path, capsys):
     assert main(common[:-1] + ["--index", "aptree"]) == 0
     text = capsys.readouterr().out
     assert "inverted list" in text and f"pairs {len(want):,} / aptree {len(want):,}" in text
+
+
+def test_a_batch_whose_pairs_outgrow_the_kernels_array_loses_nothing():
+    # 41 messages matching 600 subscriptions each: the kernel's pairs start at 1,024, it stops
+    # where they are full, grows them and goes on from that message
+    n = 600
+    subs = [Subscription(f"s{i}", ((f"k{i}", "x"),), Rect(-10, -10, 10, 10)) for i in range(n)]
+    every = (*(f"k{i}" for i in range(n)), "x")
+    msgs = [Message(f"m{j}", every, Point(j / 10, 0.0)) for j in range(40)]
+    msgs.append(Message("r", every, Rect(-1, -1, 51, 51)))
+    index = InvertedList.build(subs)
+    oracle = BruteMatcher()
+    for s in subs:
+        oracle.subscribe(s)
+    assert_same_matches(index, oracle, msgs)
+    assert sum(map(len, index.match_batch(msgs))) == 41 * n

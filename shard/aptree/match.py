@@ -81,20 +81,6 @@ from shard.prefetch import prefetch
 
 
 @njit(cache=True)
-def _push(stack_n, stack_e, top, node, eta):
-    if top == stack_n.shape[0]:
-        n2 = np.empty(2 * top, np.int64)
-        n2[:top] = stack_n
-        e2 = np.empty(2 * top, np.int64)
-        e2[:top] = stack_e
-        stack_n = n2
-        stack_e = e2
-    stack_n[top] = node
-    stack_e[top] = eta
-    return stack_n, stack_e, top + 1
-
-
-@njit(cache=True)
 def all_stamped(TM, terms, a, b, stamp) -> bool:
     """Whether every term of ``terms[a:b]`` carries the message's ``stamp`` in ``TM`` (is
     among the message's terms)."""
@@ -270,6 +256,11 @@ def match_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, DIR, dnod
     return out_m, out_s, stamp, verified, misses
 
 
+FULL_NONE, FULL_OUT, FULL_STACK, FULL_TRACE = 0, 1, 2, 3
+"""Why ``_traverse`` stopped: every message matched, or an array (the pairs, the stack, the
+trace) had no room for the message it was on."""
+
+
 @njit(cache=True)
 def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start, trace, DIR, dnode, D3):  # fmt: skip
     """Alg. 1 from node ``start`` (the root, or a rebuilt subtree with η = 0), ``DIR`` the direct
@@ -277,7 +268,61 @@ def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start,
     (``direct_leaves``, exact for the tree as it is; ``NO_LEAVES``: none). With ``trace``
     it also returns every node each message visited, in visiting order, as (message index, node,
     dead end) where a dead end is a child the message would enter that does not exist (a missing
-    dummy, an empty cell or cut): the AP+-Tree stores messages along these traces."""
+    dummy, an empty cell or cut): the AP+-Tree stores messages along these traces.
+
+    The work is ``_traverse``'s, over arrays it never replaces: a compiled loop that may replace
+    an array (grow it) pays a reference count at every use of it, which cost the loop ~10× on a
+    stack machine of this kind (docs/BENCHMARKS.md, twenty-seventh session). When an array is
+    full, ``_traverse`` stops at the start of the message it was on; this grows that array and
+    has it go on from there."""
+    out_m = np.empty(1024, np.int32)
+    out_s = np.empty(1024, np.int32)
+    stack_n = np.empty(256, np.int64)
+    stack_e = np.empty(256, np.int64)
+    cap = 4096 if trace else 1
+    tr_m = np.empty(cap, np.int32)
+    tr_n = np.empty(cap, np.int32)
+    tr_d = np.zeros(cap, np.bool_)
+    q = 0
+    nout = 0
+    ntr = 0
+    stamp = stamp0
+    verified = 0
+    misses = 0
+    while True:
+        q, nout, ntr, stamp, verified, misses, full = _traverse(
+            T, S, TM, SM, stamp, m_off, m_terms, m_kind, m_geom, start, trace, DIR, dnode, D3,
+            q, out_m, out_s, nout, stack_n, stack_e, tr_m, tr_n, tr_d, ntr, verified, misses,
+        )  # fmt: skip
+        if full == FULL_NONE:
+            break
+        if full == FULL_OUT:
+            out_m = grown(out_m, out_m.shape[0])
+            out_s = grown(out_s, out_s.shape[0])
+        elif full == FULL_STACK:
+            stack_n = grown(stack_n, stack_n.shape[0])
+            stack_e = grown(stack_e, stack_e.shape[0])
+        else:
+            tr_m = grown(tr_m, tr_m.shape[0])
+            tr_n = grown(tr_n, tr_n.shape[0])
+            tr_d = grown(tr_d, tr_d.shape[0])
+    return (
+        out_m[:nout].copy(),
+        out_s[:nout].copy(),
+        stamp,
+        verified,
+        tr_m[:ntr].copy(),
+        tr_n[:ntr].copy(),
+        tr_d[:ntr].copy(),
+        misses,
+    )
+
+
+@njit(cache=True)
+def _traverse(T, S, TM, SM, stamp, m_off, m_terms, m_kind, m_geom, start, trace, DIR, dnode, D3, q0, out_m, out_s, nout, stack_n, stack_e, tr_m, tr_n, tr_d, ntr, verified, misses):  # fmt: skip
+    """``traverse_kernel``'s loop from message ``q0``, the pairs, trace and counters so far
+    given. Returns (message, pairs, trace entries, stamp, verified, misses, why it stopped):
+    on ``FULL_*`` the message it stopped at and the counts as they were before it."""
     NI = T[T_NI]
     CH = T[T_CH]
     CLO = T[T_CLO]
@@ -292,20 +337,10 @@ def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start,
     cl_len = S[5]
     terms = S[6]
     nm = m_kind.shape[0]
-    out_m = np.empty(1024, np.int32)
-    out_s = np.empty(1024, np.int32)
-    nout = 0
-    stack_n = np.empty(256, np.int64)
-    stack_e = np.empty(256, np.int64)
-    stamp = stamp0
-    verified = 0
-    misses = 0
-    ntr = 0
-    cap = 4096 if trace else 1
-    tr_m = np.empty(cap, np.int32)
-    tr_n = np.empty(cap, np.int32)
-    tr_d = np.zeros(cap, np.bool_)
-    for q in range(nm):
+    cap_out = out_m.shape[0]
+    cap_stack = stack_n.shape[0]
+    cap_tr = tr_m.shape[0]
+    for q in range(q0, nm):
         # the loads of the messages ahead, started now (module docstring): the rows of
         # the terms of message q + PREFETCH_TERMS_AHEAD, the first records of the leaves
         # of message q + PREFETCH_LEAVES_AHEAD (whose rows were asked for earlier)
@@ -323,6 +358,11 @@ def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start,
                 if w < D3.shape[0] and D3[w, 0] >= 0:
                     for k in range(D3[w, 1], D3[w, 1] + min(PREFETCH_LINES, D3[w, 2])):
                         prefetch(LB, k)
+        # as they were before message q (given back when an array is full)
+        nout_q = nout
+        ntr_q = ntr
+        verified_q = verified
+        misses_q = misses
         stamp += 1
         t0 = m_off[q]
         t1 = m_off[q + 1]
@@ -336,8 +376,9 @@ def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start,
         gy1 = m_geom[q, 3]
         if mlen == 0:
             continue
-        top = 0
-        stack_n, stack_e, top = _push(stack_n, stack_e, top, start, 0)
+        stack_n[0] = start
+        stack_e[0] = 0
+        top = 1
         while top > 0:
             top -= 1
             u = stack_n[top]
@@ -353,10 +394,8 @@ def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start,
                 loff = NI[u, F_LOFF]
                 llen = NI[u, F_LLEN]
             if trace:
-                if ntr == tr_m.shape[0]:
-                    tr_m = grown(tr_m, ntr)
-                    tr_n = grown(tr_n, ntr)
-                    tr_d = grown(tr_d, ntr)
+                if ntr == cap_tr:
+                    return q, nout_q, ntr_q, stamp, verified_q, misses_q, FULL_TRACE
                 tr_m[ntr] = q
                 tr_n[ntr] = u
                 tr_d[ntr] = False
@@ -392,13 +431,14 @@ def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start,
                         continue
                     if not once:
                         SM[s] = stamp
-                    if nout == out_m.shape[0]:
-                        out_m = grown(out_m, nout)
-                        out_s = grown(out_s, nout)
+                    if nout == cap_out:
+                        return q, nout_q, ntr_q, stamp, verified_q, misses_q, FULL_OUT
                     out_m[nout] = q
                     out_s[nout] = s
                     nout += 1
             elif typ == KNODE:
+                if top + 1 + mlen - eta > cap_stack:  # the dummy and a child per keyword
+                    return q, nout_q, ntr_q, stamp, verified_q, misses_q, FULL_STACK
                 d = NI[u, F_DUMMY]
                 if d >= 0 and not trace and u == dnode and D3.shape[0] > 0:
                     # without traces (nothing stored on the dummy's lists) only a message
@@ -412,7 +452,9 @@ def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start,
                     if not need:
                         d = -1
                 if d >= 0:
-                    stack_n, stack_e, top = _push(stack_n, stack_e, top, d, eta)
+                    stack_n[top] = d
+                    stack_e[top] = eta
+                    top += 1
                 elif trace:
                     tr_d[ntr - 1] = True
                 off = NI[u, F_CHOFF]
@@ -425,7 +467,9 @@ def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start,
                     if u == dnode and w < D3.shape[0] and D3[w, 0] >= 0:
                         # w's own leaf, straight from the term (a cut of w alone is reached
                         # by no other keyword of the message)
-                        stack_n, stack_e, top = _push(stack_n, stack_e, top, -w - 2, 0)
+                        stack_n[top] = -w - 2
+                        stack_e[top] = 0
+                        top += 1
                         continue
                     # the last cut whose low keyword is <= w
                     lo = 0
@@ -453,44 +497,38 @@ def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start,
                     if child >= 0:
                         # a child refining this cut at the same offset still needs keyword i
                         nxt = i if NI[child, F_L] == NI[u, F_L] else i + 1
-                        stack_n, stack_e, top = _push(stack_n, stack_e, top, child, nxt)
+                        stack_n[top] = child
+                        stack_e[top] = nxt
+                        top += 1
                     elif trace:
                         tr_d[ntr - 1] = True
             else:
-                d = NI[u, F_DUMMY]
-                if d >= 0:
-                    stack_n, stack_e, top = _push(stack_n, stack_e, top, d, eta)
-                elif trace:
-                    tr_d[ntr - 1] = True
                 off = NI[u, F_CHOFF]
                 boff = NI[u, F_BOFF]
                 nx = NI[u, F_NX]
                 ny = NI[u, F_NY]
                 if is_point:
-                    a = cell_of(BND, boff, nx, gx0)
-                    b = cell_of(BND, boff + nx + 1, ny, gy0)
-                    child = CH[off + a * ny + b]
-                    if child >= 0:
-                        stack_n, stack_e, top = _push(stack_n, stack_e, top, child, eta)
-                    elif trace:
-                        tr_d[ntr - 1] = True
+                    x0 = x1 = cell_of(BND, boff, nx, gx0)
+                    y0 = y1 = cell_of(BND, boff + nx + 1, ny, gy0)
                 else:
                     x0, x1 = cell_range(BND, boff, nx, gx0, gx1)
                     y0, y1 = cell_range(BND, boff + nx + 1, ny, gy0, gy1)
-                    for a in range(x0, x1 + 1):
-                        for b in range(y0, y1 + 1):
-                            child = CH[off + a * ny + b]
-                            if child >= 0:
-                                stack_n, stack_e, top = _push(stack_n, stack_e, top, child, eta)
-                            elif trace:
-                                tr_d[ntr - 1] = True
-    return (
-        out_m[:nout].copy(),
-        out_s[:nout].copy(),
-        stamp,
-        verified,
-        tr_m[:ntr].copy(),
-        tr_n[:ntr].copy(),
-        tr_d[:ntr].copy(),
-        misses,
-    )
+                if top + 1 + (x1 - x0 + 1) * (y1 - y0 + 1) > cap_stack:  # the dummy and cells
+                    return q, nout_q, ntr_q, stamp, verified_q, misses_q, FULL_STACK
+                d = NI[u, F_DUMMY]
+                if d >= 0:
+                    stack_n[top] = d
+                    stack_e[top] = eta
+                    top += 1
+                elif trace:
+                    tr_d[ntr - 1] = True
+                for a in range(x0, x1 + 1):
+                    for b in range(y0, y1 + 1):
+                        child = CH[off + a * ny + b]
+                        if child >= 0:
+                            stack_n[top] = child
+                            stack_e[top] = eta
+                            top += 1
+                        elif trace:
+                            tr_d[ntr - 1] = True
+    return nm, nout, ntr, stamp, verified, misses, FULL_NONE
