@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 from numba import njit
 
-from shard.aptree.match import all_stamped, grown
+from shard.aptree.match import CANDIDATES, all_stamped, grown
 from shard.aptree.store import SubscriptionStore
 from shard.aptree.tree import EncodedMessages, encode_messages, ids_by_message
 from shard.aptree.vocab import VocabTable
@@ -146,6 +146,7 @@ def _match_postings(start, p_sub, p_box, p_toff, p_terms, p_multi, kind, circ, T
     v = start.shape[0] - 2
     nm = m_kind.shape[0]
     cap = out_m.shape[0]
+    cand = np.empty(CANDIDATES, np.int64)
     for q in range(q0, nm):
         nout_q = nout
         stamp += 1
@@ -160,26 +161,38 @@ def _match_postings(start, p_sub, p_box, p_toff, p_terms, p_multi, kind, circ, T
         gy1 = m_geom[q, 3]
         for i in range(t0, t1 + 1):
             t = m_terms[i] if i < t1 else v
-            for p in range(start[t], start[t + 1]):
-                if gx1 < p_box[p, 0] or gx0 > p_box[p, 2] or gy1 < p_box[p, 1] or gy0 > p_box[p, 3]:
-                    continue
-                s = p_sub[p]
-                multi = p_multi[p]
-                if multi and SM[s] == stamp:
-                    continue
-                if not all_stamped(TM, p_terms, p_toff[p], p_toff[p + 1], stamp):
-                    continue
-                if kind[s] == KIND_CIRCLE and not exact_hit(
-                    KIND_CIRCLE, p_box[p], circ[s], is_point, gx0, gy0, m_geom[q]
-                ):
-                    continue
-                if multi:
-                    SM[s] = stamp
-                if nout == cap:
-                    return q, nout_q, stamp
-                out_m[nout] = q
-                out_s[nout] = s
-                nout += 1
+            # the postings whose box meets the message first, without a branch (as the
+            # AP-Tree's leaves: shard.aptree.match), then the rest of the test for those
+            for c0 in range(start[t], start[t + 1], CANDIDATES):
+                c1 = min(c0 + CANDIDATES, start[t + 1])
+                nc = 0
+                for p in range(c0, c1):
+                    cand[nc] = p
+                    nc += (
+                        (gx1 >= p_box[p, 0])
+                        & (gx0 <= p_box[p, 2])
+                        & (gy1 >= p_box[p, 1])
+                        & (gy0 <= p_box[p, 3])
+                    )
+                for ci in range(nc):
+                    p = cand[ci]
+                    s = p_sub[p]
+                    multi = p_multi[p]
+                    if multi and SM[s] == stamp:
+                        continue
+                    if not all_stamped(TM, p_terms, p_toff[p], p_toff[p + 1], stamp):
+                        continue
+                    if kind[s] == KIND_CIRCLE and not exact_hit(
+                        KIND_CIRCLE, p_box[p], circ[s], is_point, gx0, gy0, m_geom[q]
+                    ):
+                        continue
+                    if multi:
+                        SM[s] = stamp
+                    if nout == cap:
+                        return q, nout_q, stamp
+                    out_m[nout] = q
+                    out_s[nout] = s
+                    nout += 1
     return nm, nout, stamp
 
 
