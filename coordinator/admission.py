@@ -50,9 +50,11 @@ class Admission:
         return self.deadline() < before
 
     def hurry(self) -> None:
-        """The deferred operations waiting are due now (a reload is about to stop the engine)."""
+        """The operations waiting are due now (a reload is about to stop the engine)."""
         if self._deferred_at < math.inf:
             self._deferred_at = -math.inf
+        if self._urgent_at < math.inf:
+            self._urgent_at = -math.inf
 
     def taken(self, left: Sequence[Op]) -> None:
         """A round took the queue's oldest operations; ``left`` are those still waiting (only

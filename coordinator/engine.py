@@ -320,11 +320,14 @@ class Engine:
         operations wait with them; a caller that outruns the shards waits for its round)."""
         return self.admission.defer > 0 and len(self.pending) + n <= self.batch_max
 
-    async def send_deferred(self, timeout: float) -> None:
-        """Send the subscribes answered before their round now, and wait (at most ``timeout``
-        s) until their rounds are done: a reload stops the engine, and loads the shards as Redis
-        has them, without telling a subscription whose round was cut off its ADDs."""
-        futs = [op.future for op in self.pending if op.deferred]
+    async def send_waiting_subscribes(self, timeout: float) -> None:
+        """Send the rounds of every subscribe waiting for one now (those answered before their
+        round, and those whose caller waits), and wait (at most ``timeout`` s) until they are
+        done: a reload stops the engine and loads the shards as Redis has them, and a
+        subscription whose round was cut off would be loaded without ever being told its ADDs
+        (its caller, told UNAVAILABLE, would send it again: an unchanged subscription, nothing
+        new to tell)."""
+        futs = [op.future for op in self.pending if op.kind == "sub"]
         if futs:
             self.admission.hurry()
             self._wake.set()

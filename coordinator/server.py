@@ -260,7 +260,7 @@ class Coordinator:
         without an ADD before)."""
         async with self._reload_lock:
             old = self.engine
-            await old.send_deferred(self.settings.deadline_s)  # (answered: to be told)
+            await old.send_waiting_subscribes(self.settings.deadline_s)  # (to be told)
             await old.stop()
             await self.deliveries.drain()  # every round written: the positions are current
             n = await self._load(
@@ -283,7 +283,7 @@ class Coordinator:
                 )
             before = len(old.shards)
             n = n or before
-            await old.send_deferred(self.settings.deadline_s)  # (answered: to be told)
+            await old.send_waiting_subscribes(self.settings.deadline_s)  # (to be told)
             await old.stop()
             await self.deliveries.drain()
             shards = list(old.shards[:n]) + [self.shard_factory(k) for k in range(before, n)]

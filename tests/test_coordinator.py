@@ -142,6 +142,53 @@ def test_subscribes_answered_before_a_reload_are_loaded_and_told(redis_url):
     asyncio.run(main())
 
 
+def test_subscribes_waiting_for_their_round_when_a_reload_comes_are_told(redis_url):
+    """``subscribe_ack = "applied"``: Subscribes still queued for their round when a Reload
+    comes go in a round first and are answered OK; each is told its ADD for the message live
+    before it, once. (Before the fix: they were answered UNAVAILABLE, loaded from Redis by the
+    reload and never told "L"; sent again, an unchanged subscription had nothing new to tell.)"""
+
+    async def main():
+        s = _settings(redis_url, subscribe_ack="applied", batch_delay_ms=2000.0)
+        server, port, app = await create_server(s, lambda k: LocalShard(k))
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            stub = pb_grpc.GeoPubSubStub(ch)
+            live = pb.Message(id="L", keywords=["x"], point=pb.Point(lon=0.5, lat=0.5), ttl_s=60)
+            await stub.Publish(pb.PublishRequest(message=live))
+            calls = [
+                asyncio.ensure_future(
+                    stub.Subscribe(
+                        pb.SubscribeRequest(
+                            subscription=to_proto_subscription(
+                                Subscription(f"w{i}", (("x",),), Rect(0, 0, 1, 1))
+                            )
+                        )
+                    )
+                )
+                for i in range(3)
+            ]
+            while sum(op.kind == "sub" for op in app.engine.pending) < 3:
+                await asyncio.sleep(0.01)
+            await stub.Reload(pb.ReloadRequest(), timeout=60)
+            for c in calls:
+                await c  # OK: their round went before the reload
+            assert len(app.engine.subs) == 3
+            for i in range(3):
+                call = stub.StreamResults(pb.StreamResultsRequest(id=f"w{i}"))
+                got = []
+                with contextlib.suppress(TimeoutError):
+                    while len(got) < 2:
+                        got.append(await asyncio.wait_for(call.read(), 1.0))
+                call.cancel()
+                assert [(d.sequence, d.kind, d.message.id) for d in got] == [
+                    (1, pb.Delivery.ADD, "L")
+                ]
+            assert await app.md.untold() == {}
+        await stop_server(server, app)
+
+    asyncio.run(main())
+
+
 class CountingShard(LocalShard):
     """Records every round's share and how many rounds are at the shard at once."""
 
