@@ -162,7 +162,8 @@ def _match_postings(start, p_sub, p_box, p_toff, p_terms, p_multi, kind, circ, T
         for i in range(t0, t1 + 1):
             t = m_terms[i] if i < t1 else v
             # the postings whose box meets the message first, without a branch (as the
-            # AP-Tree's leaves: shard.aptree.match), then the rest of the test for those
+            # AP-Tree's leaves: shard.aptree.match), then the rest of the test for those;
+            # written out (``boxes_meeting`` here cost this kernel 3.5 % on Zipf, measured)
             for c0 in range(start[t], start[t + 1], CANDIDATES):
                 c1 = min(c0 + CANDIDATES, start[t + 1])
                 nc = 0

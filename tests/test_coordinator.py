@@ -104,6 +104,18 @@ def test_a_subscribe_answered_once_stored_is_found_and_matched_at_once(redis_url
     asyncio.run(main())
 
 
+async def _first(stub, sub_id: str, n: int, wait_s: float) -> list[tuple]:
+    """(sequence, kind, message id) of the first ``n`` deliveries of ``sub_id``'s stream, or of
+    as many as came before one was ``wait_s`` late."""
+    call = stub.StreamResults(pb.StreamResultsRequest(id=sub_id))
+    got = []
+    with contextlib.suppress(TimeoutError):
+        while len(got) < n:
+            got.append(await asyncio.wait_for(call.read(), wait_s))
+    call.cancel()
+    return [(d.sequence, d.kind, d.message.id) for d in got]
+
+
 def test_subscribes_answered_before_a_reload_are_loaded_and_told(redis_url):
     """Subscribes answered once stored and waiting for their round when a Reload comes: their
     round goes first (a reload loads the shards as Redis has them and would not tell them),
@@ -126,13 +138,7 @@ def test_subscribes_answered_before_a_reload_are_loaded_and_told(redis_url):
             after = pb.Message(id="A", keywords=["x"], point=pb.Point(lon=0.5, lat=0.5))
             assert (await stub.Publish(pb.PublishRequest(message=after))).matched == 3
             for i in range(3):
-                call = stub.StreamResults(pb.StreamResultsRequest(id=f"w{i}"))
-                got = []
-                with contextlib.suppress(TimeoutError):
-                    while len(got) < 2:
-                        got.append(await asyncio.wait_for(call.read(), 2.0))
-                call.cancel()
-                assert [(d.sequence, d.kind, d.message.id) for d in got] == [
+                assert await _first(stub, f"w{i}", 2, 2.0) == [
                     (1, pb.Delivery.ADD, "L"),
                     (2, pb.Delivery.ADD, "A"),
                 ]
@@ -174,15 +180,7 @@ def test_subscribes_waiting_for_their_round_when_a_reload_comes_are_told(redis_u
                 await c  # OK: their round went before the reload
             assert len(app.engine.subs) == 3
             for i in range(3):
-                call = stub.StreamResults(pb.StreamResultsRequest(id=f"w{i}"))
-                got = []
-                with contextlib.suppress(TimeoutError):
-                    while len(got) < 2:
-                        got.append(await asyncio.wait_for(call.read(), 1.0))
-                call.cancel()
-                assert [(d.sequence, d.kind, d.message.id) for d in got] == [
-                    (1, pb.Delivery.ADD, "L")
-                ]
+                assert await _first(stub, f"w{i}", 2, 1.0) == [(1, pb.Delivery.ADD, "L")]
             assert await app.md.untold() == {}
         await stop_server(server, app)
 

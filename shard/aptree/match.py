@@ -86,6 +86,33 @@ from shard.geometry import KIND_CIRCLE, exact_hit
 from shard.prefetch import prefetch
 
 
+@njit(cache=True, inline="always")
+def _enter(stack_n, stack_e, top, child, eta, trace, tr_d, ntr):
+    """Push ``child`` with ``eta`` on the traversal's stack; a missing child (-1) is a dead end
+    of the node traced last (``tr_d[ntr - 1]``). Returns the new top. The arrays are written,
+    never replaced (``traverse_kernel``)."""
+    if child >= 0:
+        stack_n[top] = child
+        stack_e[top] = eta
+        return top + 1
+    if trace:
+        tr_d[ntr - 1] = True
+    return top
+
+
+@njit(cache=True, inline="always")
+def boxes_meeting(B, c0, c1, x0, y0, x1, y1, cand):
+    """Rows ``c0:c1`` of ``B`` whose box (columns 0-3: x0, y0, x1, y1) meets the box ``x0, y0,
+    x1, y1``, written to ``cand``; returns how many. Without a branch: each row's index is
+    written and the count advanced by the test's outcome (the module docstring). ``cand``
+    holds at least ``c1 - c0``."""
+    nc = 0
+    for k in range(c0, c1):
+        cand[nc] = k
+        nc += (x1 >= B[k, 0]) & (x0 <= B[k, 2]) & (y1 >= B[k, 1]) & (y0 <= B[k, 3])
+    return nc
+
+
 @njit(cache=True)
 def all_stamped(TM, terms, a, b, stamp) -> bool:
     """Whether every term of ``terms[a:b]`` carries the message's ``stamp`` in ``TM`` (is
@@ -418,15 +445,7 @@ def _traverse(T, S, TM, SM, stamp, m_off, m_terms, m_kind, m_geom, start, trace,
                     # First the entries whose box meets the message, without a branch (module
                     # docstring), then the rest of the test for those
                     c1 = min(c0 + CANDIDATES, loff + llen)
-                    nc = 0
-                    for k in range(c0, c1):
-                        cand[nc] = k
-                        nc += (
-                            (gx1 >= LB[k, 0])
-                            & (gx0 <= LB[k, 2])
-                            & (gy1 >= LB[k, 1])
-                            & (gy0 <= LB[k, 3])
-                        )
+                    nc = boxes_meeting(LB, c0, c1, gx0, gy0, gx1, gy1, cand)
                     for ci in range(nc):
                         k = cand[ci]
                         s = LBI[k, LBI_SLOT]
@@ -473,12 +492,7 @@ def _traverse(T, S, TM, SM, stamp, m_off, m_terms, m_kind, m_geom, start, trace,
                             break
                     if not need:
                         d = -1
-                if d >= 0:
-                    stack_n[top] = d
-                    stack_e[top] = eta
-                    top += 1
-                elif trace:
-                    tr_d[ntr - 1] = True
+                top = _enter(stack_n, stack_e, top, d, eta, trace, tr_d, ntr)
                 off = NI[u, F_CHOFF]
                 nch = NI[u, F_NCH]
                 last = -1
@@ -516,14 +530,9 @@ def _traverse(T, S, TM, SM, stamp, m_off, m_terms, m_kind, m_geom, start, trace,
                         continue
                     last = lo
                     child = CH[off + lo]
-                    if child >= 0:
-                        # a child refining this cut at the same offset still needs keyword i
-                        nxt = i if NI[child, F_L] == NI[u, F_L] else i + 1
-                        stack_n[top] = child
-                        stack_e[top] = nxt
-                        top += 1
-                    elif trace:
-                        tr_d[ntr - 1] = True
+                    # a child refining this cut at the same offset still needs keyword i
+                    nxt = i if child >= 0 and NI[child, F_L] == NI[u, F_L] else i + 1
+                    top = _enter(stack_n, stack_e, top, child, nxt, trace, tr_d, ntr)
             else:
                 off = NI[u, F_CHOFF]
                 boff = NI[u, F_BOFF]
@@ -537,20 +546,9 @@ def _traverse(T, S, TM, SM, stamp, m_off, m_terms, m_kind, m_geom, start, trace,
                     y0, y1 = cell_range(BND, boff + nx + 1, ny, gy0, gy1)
                 if top + 1 + (x1 - x0 + 1) * (y1 - y0 + 1) > cap_stack:  # the dummy and cells
                     return q, nout_q, ntr_q, stamp, verified_q, misses_q, FULL_STACK
-                d = NI[u, F_DUMMY]
-                if d >= 0:
-                    stack_n[top] = d
-                    stack_e[top] = eta
-                    top += 1
-                elif trace:
-                    tr_d[ntr - 1] = True
+                top = _enter(stack_n, stack_e, top, NI[u, F_DUMMY], eta, trace, tr_d, ntr)
                 for a in range(x0, x1 + 1):
                     for b in range(y0, y1 + 1):
                         child = CH[off + a * ny + b]
-                        if child >= 0:
-                            stack_n[top] = child
-                            stack_e[top] = eta
-                            top += 1
-                        elif trace:
-                            tr_d[ntr - 1] = True
+                        top = _enter(stack_n, stack_e, top, child, eta, trace, tr_d, ntr)
     return nm, nout, ntr, stamp, verified, misses, FULL_NONE
