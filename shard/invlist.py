@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 from numba import njit
 
-from shard.aptree.match import CANDIDATES, all_stamped, grown
+from shard.aptree.match import CANDIDATES, PairRoom, all_stamped, grown, trimmed
 from shard.aptree.store import SubscriptionStore
 from shard.aptree.tree import EncodedMessages, encode_messages, ids_by_message
 from shard.aptree.vocab import VocabTable
@@ -109,6 +109,7 @@ def match_postings(
     m_terms,
     m_kind,
     m_geom,
+    room,
 ):
     """Match every message of the batch: probe the lists of its terms (and the list of clauses
     without terms), verify box, other terms and circle. ``TM`` (per term id) and ``SM`` (per
@@ -120,9 +121,10 @@ def match_postings(
 
     As the AP-Tree's kernel (``shard.aptree.match.traverse_kernel``), the loop runs over output
     arrays it never replaces (``_match_postings``); when they are full it stops at the start of
-    the message it was on, and this grows them and has it go on."""
-    out_m = np.empty(1024, np.int32)
-    out_s = np.empty(1024, np.int32)
+    the message it was on, and this grows them and has it go on. They start with ``room``
+    (``shard.aptree.match.PairRoom``), as the AP-Tree's."""
+    out_m = np.empty(max(room, 16), np.int32)
+    out_s = np.empty(max(room, 16), np.int32)
     q = 0
     nout = 0
     stamp = stamp0
@@ -135,7 +137,7 @@ def match_postings(
             break
         out_m = grown(out_m, out_m.shape[0])
         out_s = grown(out_s, out_s.shape[0])
-    return out_m[:nout].copy(), out_s[:nout].copy(), stamp
+    return trimmed(out_m, nout), trimmed(out_s, nout), stamp
 
 
 @njit(cache=True)
@@ -281,6 +283,7 @@ class InvertedList:
         self._term_stamp = np.zeros(len(store.vocab_terms) + 1, np.int64)
         self._sub_stamp = np.zeros(n_slots, np.int64)
         self._stamp = 0
+        self._room = PairRoom()
 
     # ---- matching ---------------------------------------------------------------------------
     def encode(self, messages: Sequence[Message]) -> EncodedMessages:
@@ -306,7 +309,9 @@ class InvertedList:
             batch.terms,
             batch.kind,
             batch.geom,
+            self._room.room(len(batch.kind)),
         )
+        self._room.saw(len(batch.kind), len(out_m))
         return out_m, out_s
 
     def match_batch(self, messages: Sequence[Message]) -> list[list[str]]:

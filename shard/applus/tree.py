@@ -167,7 +167,9 @@ class APPlusTree(APTree):
             start,
             traces,
             *self.direct_table(kind.shape[0]),
+            self._room.room(kind.shape[0]),
         )
+        self._room.saw(kind.shape[0], len(out_m))
         self._direct_missed(misses)
         return out_m, out_s, verified, tr_m, tr_n, tr_d
 

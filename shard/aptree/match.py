@@ -131,6 +131,44 @@ def grown(a, n):
     return b
 
 
+@njit(cache=True)
+def trimmed(a, n):
+    """``a[:n]``, a kernel's output: the array itself when at least half of it is used, else
+    a copy (so a small answer does not keep a large array alive)."""
+    if 2 * n >= a.shape[0]:
+        return a[:n]
+    return a[:n].copy()
+
+
+class PairRoom:
+    """How many (message, subscription) pairs a kernel makes room for before a batch: the
+    pairs a message of the batches so far (a moving average) times the batch's messages, and
+    a quarter more. A kernel whose pair arrays start small doubles and copies them ~log(pairs)
+    times a batch, into fresh memory each time; on Zipf text (635 pairs a message) that cost
+    ~1 µs a message, a seventh of the AP-Tree's kernel (docs/BENCHMARKS.md, twenty-eighth
+    session). Shared by every index with such a kernel.
+
+    >>> r = PairRoom(); r.room(100)
+    1024
+    >>> r.saw(100, 100_000); r.room(100) > 100_000
+    True
+    """
+
+    __slots__ = ("per_message",)
+
+    def __init__(self) -> None:
+        self.per_message = 0.0
+
+    def room(self, n_messages: int) -> int:
+        return max(1024, int(self.per_message * n_messages * 1.25) + 64)
+
+    def saw(self, n_messages: int, n_pairs: int) -> None:
+        """A batch of ``n_messages`` gave ``n_pairs`` pairs."""
+        if n_messages:
+            rate = n_pairs / n_messages
+            self.per_message = rate if self.per_message == 0.0 else 0.5 * (self.per_message + rate)
+
+
 _SHORT = 32
 """Messages of at most this many terms are sorted by insertion (a sort call cost more)."""
 
@@ -279,15 +317,16 @@ NO_LEAVES = np.full((0, 4), -1, np.int64)
 
 
 @njit(cache=True)
-def match_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, DIR, dnode, D3):
+def match_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, DIR, dnode, D3, room):
     """Match every message of the batch (``DIR``: the direct table of node ``dnode``, or -1;
-    ``D3``: its ``direct_leaves``, or ``NO_LEAVES``).
+    ``D3``: its ``direct_leaves``, or ``NO_LEAVES``; ``room``: the pairs to make room for first,
+    ``PairRoom``).
     Returns (message index, subscription slot) pairs, the last stamp used, the number of leaf
     entries verified (the paper's cost measure) and of direct-table answers found stale. Cost
     per message: the nodes visited plus O(|c|) per clause verified."""
     out_m, out_s, stamp, verified, _, _, _, misses = traverse_kernel(
         T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, T[T_CNT][C_ROOT], False, DIR, dnode,
-        D3,
+        D3, room,
     )  # fmt: skip
     return out_m, out_s, stamp, verified, misses
 
@@ -298,7 +337,7 @@ trace) had no room for the message it was on."""
 
 
 @njit(cache=True)
-def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start, trace, DIR, dnode, D3):  # fmt: skip
+def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start, trace, DIR, dnode, D3, room):  # fmt: skip
     """Alg. 1 from node ``start`` (the root, or a rebuilt subtree with η = 0), ``DIR`` the direct
     table of node ``dnode`` (``direct_cuts``; -1: none), ``D3`` its leaves by term
     (``direct_leaves``, exact for the tree as it is; ``NO_LEAVES``: none). With ``trace``
@@ -310,9 +349,9 @@ def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start,
     an array (grow it) pays a reference count at every use of it, which cost the loop ~10× on a
     stack machine of this kind (docs/BENCHMARKS.md, twenty-seventh session). When an array is
     full, ``_traverse`` stops at the start of the message it was on; this grows that array and
-    has it go on from there."""
-    out_m = np.empty(1024, np.int32)
-    out_s = np.empty(1024, np.int32)
+    has it go on from there. The pair arrays start with ``room`` (``PairRoom``)."""
+    out_m = np.empty(max(room, 16), np.int32)
+    out_s = np.empty(max(room, 16), np.int32)
     stack_n = np.empty(256, np.int64)
     stack_e = np.empty(256, np.int64)
     cap = 4096 if trace else 1
@@ -343,13 +382,13 @@ def traverse_kernel(T, S, TM, SM, stamp0, m_off, m_terms, m_kind, m_geom, start,
             tr_n = grown(tr_n, tr_n.shape[0])
             tr_d = grown(tr_d, tr_d.shape[0])
     return (
-        out_m[:nout].copy(),
-        out_s[:nout].copy(),
+        trimmed(out_m, nout),
+        trimmed(out_s, nout),
         stamp,
         verified,
-        tr_m[:ntr].copy(),
-        tr_n[:ntr].copy(),
-        tr_d[:ntr].copy(),
+        trimmed(tr_m, ntr),
+        trimmed(tr_n, ntr),
+        trimmed(tr_d, ntr),
         misses,
     )
 

@@ -73,6 +73,7 @@ from shard.aptree.maintain import delete_clauses, insert_clauses, rebuild_nodes
 from shard.aptree.match import (
     DIRECT_MIN_CUTS,
     NO_LEAVES,
+    PairRoom,
     direct_cuts,
     direct_leaves,
     match_kernel,
@@ -207,6 +208,7 @@ class APTree:
         self._term_stamp = np.zeros(1024, np.int64)
         self._sub_stamp = np.zeros(1024, np.int64)
         self._stamp = 0
+        self._room = PairRoom()
         self._n_updates = 0
         self._built_size = 0
         self._follower: tuple[Callable, Callable] | None = None
@@ -525,7 +527,9 @@ class APTree:
             batch.kind,
             batch.geom,
             *self.direct_table(len(batch.kind)),
+            self._room.room(len(batch.kind)),
         )
+        self._room.saw(len(batch.kind), len(out_m))
         self.verified += int(verified)
         self._direct_missed(misses)
         return out_m, out_s
