@@ -150,7 +150,7 @@ class SubscriptionStore:
         cap = self.kind.shape[0]
         if need <= cap:
             return
-        cap = max(need, 2 * cap)
+        cap = _capacity(need, cap)
         self.kind = _resized(self.kind, cap)
         self.bbox = _resized(self.bbox, cap)
         self.circ = _resized(self.circ, cap)
@@ -168,7 +168,7 @@ class SubscriptionStore:
         cap = self.cl_sub.shape[0]
         if need <= cap:
             return
-        cap = max(need, 2 * cap)
+        cap = _capacity(need, cap)
         self.cl_sub = _resized(self.cl_sub, cap, -1)
         self.cl_off = _resized(self.cl_off, cap)
         self.cl_len = _resized(self.cl_len, cap)
@@ -180,7 +180,7 @@ class SubscriptionStore:
             self._compact_terms()
             if need - self.term_garbage <= self.terms.shape[0]:
                 return
-        self.terms = _resized(self.terms, max(need, 2 * self.terms.shape[0]))
+        self.terms = _resized(self.terms, _capacity(need, self.terms.shape[0]))
 
     def _compact_terms(self) -> None:
         live = np.flatnonzero(self.cl_sub[: self.n_clause_rows] >= 0)
@@ -538,6 +538,18 @@ class SubscriptionStore:
             self._table_ids = reserve + k
         _sort_clause_terms(self.cl_off, self.cl_len, self.terms, self.n_clause_rows)
         return new_id
+
+
+HEADROOM = 8
+"""A column grown to hold ``need`` rows gets ``need // HEADROOM`` more than asked, or doubles,
+whichever is more. Without it a bulk load left every column full, and the first Subscribe after
+it copied them all (~110 ms of the round at 1M subscriptions, a stall seen by every call in that
+round; docs/BENCHMARKS.md, twenty-eighth session)."""
+
+
+def _capacity(need: int, cap: int) -> int:
+    """The new capacity of a column of capacity ``cap`` that must hold ``need`` rows."""
+    return max(need + need // HEADROOM, 2 * cap)
 
 
 def _resized(a: np.ndarray, cap: int, fill=0) -> np.ndarray:
