@@ -31,9 +31,6 @@ The shortcuts, all exact:
   rows of message q + 6, the first records of the leaves of message q + 3. Their misses then
   overlap each other and the work in between instead of following one another (the default
   workload's kernel 19 % faster, places' 7 %, docs/BENCHMARKS.md).
-* **The next leaf's first records** are asked for when a leaf's scan starts (the node on top of
-  the stack, if a leaf): a leaf is read in order, so the CPU's prefetcher follows it once its
-  first lines came, but the first lines of each leaf are a miss of their own.
 * **Box tests without a branch.** Whether an entry's box meets the message is a coin toss the
   CPU cannot predict (on real place names a quarter of a leaf's entries pass, on Zipf about
   two thirds), and a wrong guess costs more than the test. A leaf is scanned
@@ -310,10 +307,6 @@ matches) gained nothing either way."""
 PREFETCH_LINES = 8
 """Records (64 bytes: a cache line each) of a leaf asked for ahead; the CPU's own prefetcher
 follows a longer leaf once the scan reads it in order."""
-PREFETCH_NEXT_LEAF = 4
-"""Records of the leaf on top of the stack asked for when a leaf's scan starts: its first
-misses then overlap this scan (2 to 8 measured alike; the kernel 3-7 % faster, docs/BENCHMARKS.md,
-twenty-eighth session)."""
 D3_DUMMY_KEY = 3
 """``direct_leaves``' column: 1 where the term is a dummy clause's keyword at the node."""
 CANDIDATES = 128
@@ -484,17 +477,6 @@ def _traverse(T, S, TM, SM, stamp, m_off, m_terms, m_kind, m_geom, start, trace,
                 tr_d[ntr] = False
                 ntr += 1
             if typ == LEAF:
-                if top > 0:  # the next node's first records, loading while this leaf is scanned
-                    v = stack_n[top - 1]
-                    v_lo = v_n = 0
-                    if v < 0:
-                        v_lo = D3[-v - 2, 1]
-                        v_n = D3[-v - 2, 2]
-                    elif NI[v, F_TYPE] == LEAF:
-                        v_lo = NI[v, F_LOFF]
-                        v_n = NI[v, F_LLEN]
-                    for k in range(v_lo, v_lo + min(v_n, PREFETCH_NEXT_LEAF)):
-                        prefetch(LB, k)
                 verified += llen
                 for c0 in range(loff, loff + llen, CANDIDATES):
                     # the leaf's own record of each entry (``LB_*``): box, slot, kind, terms;
