@@ -22,6 +22,13 @@ from shard.errors import NotFoundError, ValidationError
 from shard.geometry import region_columns
 from shard.model import Subscription
 
+HEADROOM = 8
+"""A column grown to hold ``need`` rows gets ``need // HEADROOM`` more than asked, or doubles,
+whichever is more; a column laid out anew (``relayout``, after every whole build) gets as
+much. Without it a bulk load left every column full, and the first Subscribe after
+it copied them all (~110 ms of the round at 1M subscriptions, a stall seen by every call in that
+round; docs/BENCHMARKS.md, twenty-eighth session)."""
+
 
 @njit(cache=True)
 def _sort_clause_terms(cl_off, cl_len, terms, n_clauses):
@@ -422,7 +429,7 @@ class SubscriptionStore:
         terms = self.terms[t_old]
         offs = np.zeros(k, np.int64)
         np.cumsum(lens[:-1].astype(np.int64), out=offs[1:])
-        slot_cap = max(n, 1024)
+        slot_cap = max(n + n // HEADROOM, 1024)
         for name in ("kind", "bbox", "circ", "moving", "vel", "upd_dt", "last_t", "tag", "extra"):
             col = getattr(self, name)
             fresh = np.full((slot_cap,) + col.shape[1:], -1 if name == "tag" else 0, col.dtype)
@@ -435,14 +442,14 @@ class SubscriptionStore:
         self.first_clause[:n] = new_first
         self.n_clauses = np.zeros(slot_cap, np.int32)
         self.n_clauses[:n] = ncl
-        cap = max(k, 1024)
+        cap = max(k + k // HEADROOM, 1024)
         self.cl_sub = np.full(cap, -1, np.int32)
         self.cl_sub[:k] = np.repeat(np.arange(n, dtype=np.int32), ncl)
         self.cl_off = np.zeros(cap, np.int64)
         self.cl_off[:k] = offs
         self.cl_len = np.zeros(cap, np.int32)
         self.cl_len[:k] = lens
-        self.terms = np.zeros(max(terms.shape[0], 4096), np.int32)
+        self.terms = np.zeros(max(terms.shape[0] + terms.shape[0] // HEADROOM, 4096), np.int32)
         self.terms[: terms.shape[0]] = terms
         self.n_slots, self.n_clause_rows, self.n_terms = n, k, int(terms.shape[0])
         self.term_garbage = 0
@@ -538,13 +545,6 @@ class SubscriptionStore:
             self._table_ids = reserve + k
         _sort_clause_terms(self.cl_off, self.cl_len, self.terms, self.n_clause_rows)
         return new_id
-
-
-HEADROOM = 8
-"""A column grown to hold ``need`` rows gets ``need // HEADROOM`` more than asked, or doubles,
-whichever is more. Without it a bulk load left every column full, and the first Subscribe after
-it copied them all (~110 ms of the round at 1M subscriptions, a stall seen by every call in that
-round; docs/BENCHMARKS.md, twenty-eighth session)."""
 
 
 def _capacity(need: int, cap: int) -> int:
