@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -604,15 +605,16 @@ def encode_messages(messages: Sequence[Message], vocab: VocabTable) -> EncodedMe
     lens = np.fromiter(map(len, term_lists), np.int64, n)
     ids = vocab.lookup_lists(term_lists, int(lens.sum()))
     locs = [m.location for m in messages]
-    kind = np.array([type(loc) is not Point for loc in locs], np.int8)
-    geom = np.array(
-        [
+    kind = np.fromiter([type(loc) is not Point for loc in locs], np.int8, n)
+    geom = np.fromiter(
+        chain.from_iterable(
             (loc.lon, loc.lat, loc.lon, loc.lat)
             if type(loc) is Point
             else (loc.min_lon, loc.min_lat, loc.max_lon, loc.max_lat)
             for loc in locs
-        ],
+        ),
         np.float64,
+        4 * n,
     ).reshape(n, 4)
     off, terms = pack_terms(ids, lens)
     return EncodedMessages(off, terms, kind, geom)

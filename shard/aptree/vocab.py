@@ -141,6 +141,23 @@ def _split_joined(buf, n_terms):
     return starts, ends
 
 
+@njit(cache=True)
+def _lookup_joined(tab, kb, id_of_key, buf, out):
+    """The id of each of the ``out.shape[0]`` terms of ``buf`` (joined by ``_SEP``; -1:
+    unknown) into ``out``, in one compiled call: split, probe and the ids. Returns False, with
+    ``out`` undefined, when the split did not end at the buffer's end: a term held the
+    separator (the caller then looks the terms up one span at a time)."""
+    n_terms = out.shape[0]
+    starts, ends = _split_joined(buf, n_terms)
+    if ends[n_terms - 1] != buf.shape[0]:
+        return False
+    _lookup_spans(tab, kb, buf, starts, ends, out)
+    for i in range(n_terms):
+        k = out[i]
+        out[i] = id_of_key[k] if k >= 0 else -1
+    return True
+
+
 def _utf8(terms: Sequence[str]) -> bytes:
     # surrogatepass: a lone surrogate (valid in a JSON string) is a term like any other
     return "\x00".join(terms).encode("utf-8", "surrogatepass")
@@ -217,8 +234,11 @@ class VocabTable:
         """``lookup`` of the concatenated ``term_lists`` (``n`` terms in all), without building
         the concatenated list: the usual case of a message batch."""
         joined = "\x00".join(chain.from_iterable(term_lists)).encode("utf-8", "surrogatepass")
-        if n and joined.count(b"\x00") == n - 1:
-            return self._ids_of(self._keys_joined(joined, n))
+        if n:
+            out = np.empty(n, np.int32)
+            buf = np.frombuffer(joined, np.uint8)
+            if _lookup_joined(self.tab, self.kb, self.id_of_key, buf, out):
+                return out
         return self.lookup([t for terms in term_lists for t in terms])
 
     def _ids_of(self, keys: np.ndarray) -> np.ndarray:
