@@ -51,6 +51,11 @@ def test_a_term_holding_the_separator_is_still_found():
     assert table.lookup(["a", "a\x00b", "b", "", "x\x00"]).tolist() == [1, 0, 2, 3, -1]
     assert table.lookup(["b", "a", "", "zz"]).tolist() == [2, 1, 3, -1]
     assert table.lookup([]).tolist() == []
+    # a message batch's lists (``lookup_lists``: one joined buffer, split in compiled code)
+    lists = [["a", "a\x00b"], [], ["", "x\x00"], ["b"]]
+    assert table.lookup_lists(lists, 5).tolist() == [1, 0, 3, -1, 2]
+    assert table.lookup_lists([["b", "zz"], ["", "a"]], 4).tolist() == [2, -1, 3, 1]
+    assert table.lookup_lists([["\x00"]], 1).tolist() == [-1]
 
 
 def test_growth_past_many_table_sizes_keeps_every_key():
