@@ -226,6 +226,7 @@ class InvertedList:
         self._term_stamp = np.zeros(1, np.int64)
         self._sub_stamp = np.zeros(0, np.int64)
         self._stamp = 0
+        self._room = PairRoom()
 
     # ---- construction -----------------------------------------------------------------------
     @classmethod
@@ -283,7 +284,6 @@ class InvertedList:
         self._term_stamp = np.zeros(len(store.vocab_terms) + 1, np.int64)
         self._sub_stamp = np.zeros(n_slots, np.int64)
         self._stamp = 0
-        self._room = PairRoom()
 
     # ---- matching ---------------------------------------------------------------------------
     def encode(self, messages: Sequence[Message]) -> EncodedMessages:
