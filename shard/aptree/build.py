@@ -123,13 +123,27 @@ def new_tree(node_cap: int = 1024, ch_cap: int = 4096, li_cap: int = 4096):
 
 
 # ---- pool growth -----------------------------------------------------------------------
+POOL_HEADROOM = 8
+"""A pool grown to hold ``need`` gets ``need // POOL_HEADROOM`` more, or doubles, whichever is
+more (as the store's columns, ``store.HEADROOM``). Without it a bulk build that asked for the
+root's cuts at once left the node pool exactly full, and the first leaf split after a load
+copied it (~45 ms of a round at 510,000 subscriptions; docs/BENCHMARKS.md, twenty-ninth
+session)."""
+
+
+@njit(cache=True)
+def grown(need, have):
+    """The capacity a pool of ``have`` rows gets to hold ``need`` (``POOL_HEADROOM``)."""
+    return max(need + need // POOL_HEADROOM, 2 * have)
+
+
 @njit(cache=True)
 def ensure_nodes(T, extra):
     NI, NF, CH, CLO, CHI, WOLD, WCUR, BND, LI, FREE, CNT, LB = T
     need = T[T_CNT][C_NODES] + extra
     if need <= NI.shape[0]:
         return T
-    cap = max(need, 2 * NI.shape[0])
+    cap = grown(need, NI.shape[0])
     NI2 = np.full((cap, NI.shape[1]), -1, np.int64)
     NI2[: NI.shape[0]] = NI
     NF2 = np.zeros((cap, 4), np.float64)
@@ -143,7 +157,7 @@ def ensure_ch(T, extra):
     need = T[T_CNT][C_CH] + extra
     if need <= CH.shape[0]:
         return T
-    cap = max(need, 2 * CH.shape[0])
+    cap = grown(need, CH.shape[0])
     n = CH.shape[0]
     CH2 = np.full(cap, -1, np.int32)
     CH2[:n] = CH
@@ -165,7 +179,7 @@ def ensure_bnd(T, extra):
     need = T[T_CNT][C_BND] + extra
     if need <= B.shape[0]:
         return T
-    B2 = np.zeros(max(need, 2 * B.shape[0]), np.float64)
+    B2 = np.zeros(grown(need, B.shape[0]), np.float64)
     B2[: B.shape[0]] = B
     return (NI, NF, CH, CLO, CHI, WOLD, WCUR, B2, LI, FREE, CNT, LB)
 
@@ -176,7 +190,7 @@ def ensure_li(T, extra):
     need = T[T_CNT][C_LI] + extra
     if need <= LI.shape[0]:
         return T
-    L2 = np.full(max(need, 2 * LI.shape[0]), -1, np.int32)
+    L2 = np.full(grown(need, LI.shape[0]), -1, np.int32)
     L2[: LI.shape[0]] = LI
     B2 = np.zeros((L2.shape[0], LB_WIDTH), np.float64)
     B2[: LI.shape[0]] = LB
@@ -800,7 +814,7 @@ def collect_and_free(T, nid):
     FREE = T[T_FREE]
     need = T[T_CNT][C_FREE] + nf
     if need > FREE.shape[0]:
-        F2 = np.zeros(max(need, 2 * FREE.shape[0]), np.int32)
+        F2 = np.zeros(grown(need, FREE.shape[0]), np.int32)
         F2[: FREE.shape[0]] = FREE
         FREE = F2
         T = (NI, NF, CH, CLO, CHI, WOLD, WCUR, BND, LI, F2, CNT, LB)
