@@ -58,7 +58,7 @@ def test_cpu_seconds_of_another_process_count_a_few_milliseconds_and_exited_thre
 def test_bench_subscribe_registers_removes_and_times_every_call(tmp_path):
     argv = [sys.executable, "-m", "geopubsub.tools.cli", "bench", "subscribe", "--data-dir"]
     argv += [str(tmp_path / "c"), "--gen-subs", "600", "--batch", "1,50", "--in-flight", "8"]
-    argv += ["--rate", "200", "--latency-duration", "1", "--json"]
+    argv += ["--rate", "200", "--latency-duration", "1", "--idle-window", "1", "--json"]
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip(), proc.stderr[-4000:]
     r = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -69,7 +69,19 @@ def test_bench_subscribe_registers_removes_and_times_every_call(tmp_path):
         assert p["subscribe_coordinator_us"] > 0 and p["subscribe_redis_us"] > 0  # (Redis too)
     assert r["latency"]["calls"] == 200 and 0 < r["latency"]["p50_ms"] <= r["latency"]["p99_ms"]
     assert 0 < r["latency"]["rounds"] <= 200 and r["latency"]["shard_us_per_round"] > 0
+    # the shards' idle CPU (Ray's threads) was read before the phase and taken off its figure
+    assert r["latency"]["shard_idle_us_per_s"] > 0
+    assert r["latency"]["shard_us_net_of_idle"] < r["latency"]["shard_us"]
     stopped = subprocess.run(
         ["pgrep", "-f", str(tmp_path / "c")], capture_output=True, text=True, check=False
     )
     assert stopped.stdout.strip() == "", "the cluster it started is still running"
+
+
+@pytest.mark.parametrize("window", ["-1", "nan", "61"])
+def test_bench_subscribe_names_a_bad_idle_window(tmp_path, window):
+    argv = [sys.executable, "-m", "geopubsub.tools.cli", "bench", "subscribe", "--data-dir"]
+    argv += [str(tmp_path / "c"), "--idle-window", window]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--idle-window" in proc.stderr and window in proc.stderr
+    assert not (tmp_path / "c").exists()  # refused before any cluster started

@@ -13,7 +13,9 @@ optionally bulk-loads ``--base`` first (so that the tree the subscriptions go in
    second, sent on schedule whatever the answers (open loop), for ``--latency-duration`` s:
    p50 / p99 / max of each call's time, the CPU per call of each kind of process, the rounds
    the coordinator made meanwhile and the shards' CPU per round (all shards together); they are
-   removed afterwards (not timed).
+   removed afterwards (not timed). Before it, ``--idle-window`` s with no calls: the shards' CPU
+   a second with nothing to do (Ray's own threads: its task loop checks for signals every 10
+   ms), reported beside the phase's, and the phase's shard CPU a call net of it.
 
 The cluster it started is stopped, on error and Ctrl-C too. ``--json``: one JSON object.
 """
@@ -205,11 +207,20 @@ def run_phases(target: str, data_dir: Path, subs: list, args, say: Callable[[str
     latency: dict[str, Any] = {}
     if args.latency_duration > 0:
         lat_subs = [dataclasses.replace(s, id="lat-" + s.id) for s in subs]
+        idle_per_s = 0.0
+        if args.idle_window > 0:
+            meter.start()
+            t0 = time.perf_counter()
+            time.sleep(args.idle_window)
+            idle_per_s = meter.stop()["shards"] / (time.perf_counter() - t0)
         meter.start()
+        t0 = time.perf_counter()
         took, rounds = asyncio.run(
             paced_latency(target, lat_subs, args.rate, args.latency_duration)
         )
+        wall = time.perf_counter() - t0
         cpu = meter.stop()
+        net = cpu["shards"] - idle_per_s * wall
         latency = {
             "rate": args.rate,
             "calls": len(took),
@@ -218,6 +229,8 @@ def run_phases(target: str, data_dir: Path, subs: list, args, say: Callable[[str
             "max_ms": _ms(took, 1.0),
             "mean_ms": round(1000 * statistics.fmean(took), 2) if took else 0.0,
             "shard_us": round(1e6 * cpu["shards"] / max(1, len(took)), 1),
+            "shard_idle_us_per_s": round(1e6 * idle_per_s, 1),  # (all shards)
+            "shard_us_net_of_idle": round(1e6 * net / max(1, len(took)), 1),
             "coordinator_us": round(1e6 * cpu["coordinator"] / max(1, len(took)), 1),
             "redis_us": round(1e6 * cpu["redis"] / max(1, len(took)), 1),
             "rounds": rounds,
@@ -228,7 +241,9 @@ def run_phases(target: str, data_dir: Path, subs: list, args, say: Callable[[str
             f"{latency['p50_ms']} ms, p99 {latency['p99_ms']} ms, max {latency['max_ms']} ms "
             f"(shards {latency['shard_us']} us, coordinator {latency['coordinator_us']} us, redis "
             f"{latency['redis_us']} us each; {rounds:,} rounds, shards "
-            f"{latency['shard_us_per_round']} us a round)"
+            f"{latency['shard_us_per_round']} us a round; shards idle "
+            f"{latency['shard_idle_us_per_s'] / 1000:,.1f} ms/s, net of it "
+            f"{latency['shard_us_net_of_idle']} us a call)"
         )
         asyncio.run(
             unregister(target, [s.id for s in lat_subs[: len(took)]], in_flight=8, batch=1000)
@@ -253,6 +268,12 @@ def register(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--in-flight", type=int, default=64, help="calls pending at once")
     p.add_argument("--rate", type=float, default=1000.0, help="single Subscribes/s (latency)")
     p.add_argument("--latency-duration", type=float, default=10.0, help="seconds (0: skip)")
+    p.add_argument(
+        "--idle-window",
+        type=float,
+        default=3.0,
+        help="seconds of no calls before the latency phase: the shards' idle CPU (0: skip)",
+    )
     p.add_argument("--shards", type=int, default=2)
     p.add_argument("--data-dir", type=Path, default=Path(".geopubsub/bench-subscribe"))
     p.add_argument("--seed", type=int, default=1)
@@ -270,6 +291,8 @@ def _validate(args) -> None:
             f"{args.in_flight}/{args.shards}/{args.count}/{args.gen_subs}",
             "must be >= 1 (--count >= 0)",
         )
+    if not 0 <= args.idle_window <= 60:
+        raise ValidationError("--idle-window", args.idle_window, "must be 0-60 seconds")
     if not args.rate > 0 or args.latency_duration < 0:
         raise ValidationError(
             "--rate/--latency-duration",
