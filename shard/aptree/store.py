@@ -241,7 +241,14 @@ class SubscriptionStore:
             slot, clauses = self.add(subs[0])
             return np.array([slot], np.int64), clauses, np.array([0, clauses.shape[0]], np.int64)
         term_id = self.term_id
-        clause_ids = [[sorted(term_id(t) for t in clause) for clause in s.clauses] for s in subs]
+        known = self.vocab.get
+        clause_ids = [
+            [
+                sorted([i if (i := known(t)) is not None else term_id(t) for t in clause])
+                for clause in s.clauses
+            ]
+            for s in subs
+        ]
         free = self.free_slots
         taken = [free.pop() for _ in range(min(len(free), n))]
         start = self.n_slots
@@ -249,40 +256,45 @@ class SubscriptionStore:
         self._grow_slots(self.n_slots)
         slot_list = taken + list(range(start, self.n_slots))
         slots = np.array(slot_list, np.int64)
-        cols = [region_columns(s.region) for s in subs]
-        self._init_rows(
-            slots,
-            [c[0] for c in cols],
-            [c[1] for c in cols],
-            [c[2] for c in cols],
-            [s.moving for s in subs],
-        )
+        # rows all new (no freed one reused) are written through slices, cheaper than an index
+        at = slots if taken else slice(start, self.n_slots)
+        kinds, boxes, circles = zip(*[region_columns(s.region) for s in subs], strict=True)
+        self._init_rows(at, kinds, boxes, circles, [s.moving for s in subs])
         n_terms = sum(len(ids) for cl in clause_ids for ids in cl)
         self._grow_terms(self.n_terms + n_terms)  # may compact: positions are taken after it
+        reuse = any(self.free_clauses.values())
+        first_row = self.n_clause_rows
         firsts = []
         rows: list[int] = []
         for cl in clause_ids:
             k = len(cl)
             first = self._clause_rows(k)
             firsts.append(first)
-            rows.extend(range(first, first + k))
+            if reuse:
+                rows.extend(range(first, first + k))
         self._grow_clauses(self.n_clause_rows)
+        if reuse:
+            r = np.array(rows, np.int64)
+            cl_at = r
+        else:
+            r = np.arange(first_row, self.n_clause_rows, dtype=np.int64)
+            cl_at = slice(first_row, self.n_clause_rows)
+        n_cl = [len(cl) for cl in clause_ids]
         lens = [len(ids) for cl in clause_ids for ids in cl]
         pos = self.n_terms
         offs = np.cumsum([pos, *lens])
-        r = np.array(rows, np.int64)
-        self.cl_sub[r] = np.repeat(slots, [len(cl) for cl in clause_ids])
-        self.cl_off[r] = offs[:-1]
-        self.cl_len[r] = lens
+        self.cl_sub[cl_at] = np.repeat(slots, n_cl)
+        self.cl_off[cl_at] = offs[:-1]
+        self.cl_len[cl_at] = lens
         self.terms[pos : pos + n_terms] = [t for cl in clause_ids for ids in cl for t in ids]
         self.n_terms = pos + n_terms
-        self.first_clause[slots] = firsts
-        self.n_clauses[slots] = [len(cl) for cl in clause_ids]
+        self.first_clause[at] = firsts
+        self.n_clauses[at] = n_cl
         ids = [s.id for s in subs]
-        self.ids[slots] = ids
+        self.ids[at] = ids
         self.slot_of.update(zip(ids, slot_list, strict=True))
         off = np.zeros(n + 1, np.int64)
-        np.cumsum([len(cl) for cl in clause_ids], out=off[1:])
+        np.cumsum(n_cl, out=off[1:])
         return slots, r.astype(np.int32), off
 
     def _init_rows(self, slots, kind, bbox, circ, moving) -> None:
