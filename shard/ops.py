@@ -44,6 +44,8 @@ import numpy as np
 
 from shard.errors import NotFoundError, ValidationError
 from shard.state import ShardState
+from shard.wire import loads_ops
+from shard.wire_subscribes import read_plain_subscribes
 
 _KINDS = ("pub", "sub", "unsub", "detach", "move", "topk")
 
@@ -85,6 +87,22 @@ def apply_ops(
                 out[k] = exc
         i = j
     return expired, out, np.concatenate(tags) if tags else np.zeros(0, np.int32)
+
+
+def apply_round(state: ShardState, data: bytes, now: float) -> tuple[Expired, list, np.ndarray]:
+    """``apply_ops`` of a round as ``shard.wire`` bytes. A round of new plain subscriptions only
+    (the rounds of live Subscribes) is read straight into columns (``shard.wire_subscribes``)
+    and added without an object each, with the same answer; any other round, or one that path
+    does not take, is decoded into operations (``loads_ops``) and applied as such."""
+    plain = read_plain_subscribes(data)
+    if plain is None or not state.takes_plain(plain):
+        return apply_ops(state, loads_ops(data), now)
+    expired = state.advance_tagged(now)
+    out: list = [[] for _ in plain.ids]
+    at = {sid: i for i, sid in enumerate(plain.ids)}
+    for u in state.subscribe_plain(plain, now):
+        out[at[u[0]]].append(u)
+    return expired, out, np.zeros(0, np.int32)
 
 
 def _apply_run(state, kind, run, keys, out, tags, now) -> None:

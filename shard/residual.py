@@ -40,7 +40,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numba import njit
@@ -64,6 +64,9 @@ from shard.model import (
 from shard.polygon import polygon_hits
 from shard.ranking import WORLD, core_clauses, on_location
 from shard.side import SideIndex
+
+if TYPE_CHECKING:
+    from shard.wire_subscribes import PlainSubscribes
 
 
 def core_form(sub: Subscription) -> Subscription:
@@ -297,6 +300,16 @@ class ResidualIndex:
 
     def subscribe(self, sub: Subscription, now: float | None = None) -> list[Update]:
         return self.subscribe_many([sub], now)
+
+    @property
+    def takes_plain(self) -> bool:
+        """Whether the index adds new plain subscriptions from columns (``subscribe_plain``)."""
+        return hasattr(self.inner, "subscribe_plain")
+
+    def subscribe_plain(self, p: PlainSubscribes) -> list[Update]:
+        """``subscribe_many`` of new plain subscriptions read as columns (ids distinct, none
+        present here): nothing of them is checked here, so straight into the index."""
+        return self.inner.subscribe_plain(p)
 
     def _subscribe_checked(self, sub: Subscription) -> list[Update]:
         sid = sub.id

@@ -61,7 +61,7 @@ import math
 import pickle
 import struct
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -92,6 +92,9 @@ from shard.model import (
 from shard.residual import ResidualIndex, core_form
 from shard.rivals.hosted import HostedIndex
 from shard.topk.hosted import TopKHold
+
+if TYPE_CHECKING:
+    from shard.wire_subscribes import PlainSubscribes
 
 SNAPSHOT_MAGIC = b"GPSS"
 SNAPSHOT_VERSION = 3
@@ -219,6 +222,26 @@ class ShardState:
                 updates += self._detach(sub.id)
             topk.add([sub], [tag])
         return updates + self._subscribe_run(run, run_tags)
+
+    def takes_plain(self, p: PlainSubscribes) -> bool:
+        """Whether ``subscribe_plain`` takes the round ``p``: the index adds columns, and no id
+        of it is held here (a replacement, of a subscription of any kind, goes through
+        ``subscribe_batch``)."""
+        tree = self.tree
+        if not tree.takes_plain:
+            return False
+        slot_of = tree.store.slot_of
+        if any(i in slot_of for i in p.ids):
+            return False
+        topk = self.topk
+        return not (len(topk) and any(i in topk for i in p.ids))
+
+    def subscribe_plain(self, p: PlainSubscribes, now: float) -> list[Update]:
+        """``subscribe_batch`` of new plain subscriptions read as columns
+        (``shard.wire_subscribes``, which checked every field; ``takes_plain`` must hold): the
+        same updates, without a ``Subscription`` each."""
+        updates = self._advance_checked(now)
+        return updates + self.tree.subscribe_plain(p)
 
     def _subscribe_run(self, subs: list[Subscription], tags: list[int]) -> list[Update]:
         if not subs:

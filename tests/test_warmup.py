@@ -15,9 +15,10 @@ import importlib, json, pkgutil
 from numba.core.registry import CPUDispatcher
 import shard
 from shard.host.warmup import warm_up_shard
-from shard.model import Message, Point, Rect, Subscription
-from shard.ops import apply_ops
+from shard.model import Circle, Message, Point, Rect, Subscription
+from shard.ops import apply_ops, apply_round
 from shard.state import ShardState
+from shard.wire import dumps_ops
 
 mods = [importlib.import_module(m.name) for m in pkgutil.walk_packages(shard.__path__, "shard.")]
 kernels = {
@@ -32,9 +33,9 @@ st = ShardState(0)
 now = 100.0
 for i in range(1_300):  # one a round, each with a new term: a whole rebuild at 1,000
     now += 0.01
-    sub = Subscription(f"s{i}", ((f"k{i}", f"c{i % 7}"),), Rect(i % 30, 0, i % 30 + 2, 2),
-                       moving=i % 3 == 0)
-    apply_ops(st, [("sub", sub, i)], now)
+    region = Circle(i % 30, 1, 5e4) if i % 5 == 0 else Rect(i % 30, 0, i % 30 + 2, 2)
+    sub = Subscription(f"s{i}", ((f"k{i}", f"c{i % 7}"),), region, moving=i % 3 == 0)
+    apply_round(st, dumps_ops([("sub", sub, i)]), now)  # as the shard actor takes a round
     if i % 50 == 0:
         msgs = [Message(f"m{i}_{j}", (f"k{i - j}", f"c{j}"), Point(j, 1), ttl=5.0) for j in range(7)]
         apply_ops(st, [("pub", m) for m in msgs] + [("move", "s0", Point(i % 30, 1))], now)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -66,6 +67,9 @@ from shard.model import (
     Subscription,
     Update,
 )
+
+if TYPE_CHECKING:
+    from shard.wire_subscribes import PlainSubscribes
 
 DEFAULT_DUP_LIMIT = 64
 """Leaves a message may be stored in before it stays at an ancestor level (Sect. 4.2.4)."""
@@ -457,12 +461,25 @@ class APPlusTree(APTree):
         updates += self._add_fresh(fresh)
         return updates
 
+    def subscribe_plain(self, p: PlainSubscribes) -> list[Update]:
+        """``subscribe_many`` of new subscriptions read as columns (``shard.wire_subscribes``;
+        ids distinct and none in the tree): their (s, +m)."""
+        if not p.ids:
+            return []
+        return self._insert_stored(p.ids, *self.store.add_plain(p))
+
     def _add_fresh(self, subs: list[Subscription]) -> list[Update]:
         """Subscriptions whose ids are not in the tree (and distinct): their updates."""
         if not subs:
             return []
+        return self._insert_stored([s.id for s in subs], *self.store.add_many(subs))
+
+    def _insert_stored(
+        self, ids: list[str], slots: np.ndarray, clauses: np.ndarray, off: np.ndarray
+    ) -> list[Update]:
+        """New subscriptions just stored (``add_many``' slots, clause ids and offsets) into the
+        tree: one compiled insert, each one's (s, +m) over the leaves it reached."""
         st = self.store
-        slots, clauses, off = st.add_many(subs)
         st.last_t[slots] = self.now
         self.sync()
         T, todo, reached, reached_off, created = insert_clause_groups(
@@ -474,11 +491,11 @@ class APPlusTree(APTree):
             self._mt = repair_created(self._tree, self._mt, self.msgs.columns(), created)
         updates: list[Update] = []
         if len(self.msgs):  # no live message: nothing to add
-            for i, sub in enumerate(subs):
+            for i, sub_id in enumerate(ids):
                 leaves = reached[reached_off[i] : reached_off[i + 1]]
                 diff = self._diff(leaves, None, self._form(int(slots[i])))
-                updates += self._updates(sub.id, diff)
-        self._finish(todo, len(subs))
+                updates += self._updates(sub_id, diff)
+        self._finish(todo, len(ids))
         return updates
 
     def move(self, sub_id: str, point: Point, now: float) -> list[Update]:

@@ -13,14 +13,18 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numba import njit
 
-from shard.aptree.vocab import VocabTable
+from shard.aptree.vocab import VocabTable, span_ids
 from shard.errors import NotFoundError, ValidationError
 from shard.geometry import region_columns
 from shard.model import Subscription
+
+if TYPE_CHECKING:
+    from shard.wire_subscribes import PlainSubscribes
 
 HEADROOM = 8
 """A column grown to hold ``need`` rows gets ``need // HEADROOM`` more than asked, or doubles,
@@ -45,6 +49,33 @@ def _sort_clause_terms(cl_off, cl_len, terms, n_clauses):
                 terms[j + 1] = terms[j]
                 j -= 1
             terms[j + 1] = v
+
+
+@njit(cache=True)
+def _sort_runs(lens, terms):
+    """Sort each run of ``terms`` (``lens[c]`` long, one after another) in place."""
+    a = 0
+    for c in range(lens.shape[0]):
+        b = a + lens[c]
+        for i in range(a + 1, b):
+            v = terms[i]
+            j = i - 1
+            while j >= a and terms[j] > v:
+                terms[j + 1] = terms[j]
+                j -= 1
+            terms[j + 1] = v
+        a = b
+
+
+@njit(cache=True)
+def _clause_term_ids(tab, kb, id_of_key, buf, starts, ends, lens, out):
+    """The id of every term of a round's clauses (``buf[starts[i]:ends[i]]``, clauses ``lens``
+    long) into ``out``, each clause's ascending, in one call; returns how many terms the
+    vocabulary lacks (-1 in ``out``, nothing sorted: the caller adds them, then sorts)."""
+    missing = span_ids(tab, kb, id_of_key, buf, starts, ends, out)
+    if missing == 0:
+        _sort_runs(lens, out)
+    return missing
 
 
 class SubscriptionStore:
@@ -242,13 +273,43 @@ class SubscriptionStore:
             return np.array([slot], np.int64), clauses, np.array([0, clauses.shape[0]], np.int64)
         term_id = self.term_id
         known = self.vocab.get
-        clause_ids = [
-            [
-                sorted([i if (i := known(t)) is not None else term_id(t) for t in clause])
-                for clause in s.clauses
-            ]
-            for s in subs
-        ]
+        n_cl: list[int] = []
+        lens: list[int] = []
+        flat: list[int] = []
+        for s in subs:
+            n_cl.append(len(s.clauses))
+            for clause in s.clauses:
+                lens.append(len(clause))
+                flat += sorted([i if (i := known(t)) is not None else term_id(t) for t in clause])
+        kinds, boxes, circles = zip(*[region_columns(s.region) for s in subs], strict=True)
+        return self._add_rows(
+            [s.id for s in subs], kinds, boxes, circles, [s.moving for s in subs], n_cl, lens, flat
+        )
+
+    def add_plain(self, p: PlainSubscribes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``add_many`` of a round read as columns (``shard.wire_subscribes``; ids distinct, none
+        present), with their tags: the terms looked up from the round's bytes in the compiled
+        vocabulary, only the unknown ones decoded and added one by one. O(terms)."""
+        t = self.vocab_table()
+        tids = np.empty(p.term_start.shape[0], np.int32)
+        lens = p.clause_len
+        if _clause_term_ids(t.tab, t.kb, t.id_of_key, p.buf, p.term_start, p.term_stop, lens, tids):
+            term_id = self.term_id
+            new = np.flatnonzero(tids < 0)
+            for i in new.tolist():  # (a term dropped from the table is still in ``vocab``)
+                tids[i] = term_id(p.term(i))
+            t.add_spans(p.buf, p.term_start[new], p.term_stop[new], tids[new])
+            self._table_ids, self._reserved_new = len(self.vocab_terms), []  # all in ``t`` now
+            _sort_runs(lens, tids)
+        out = self._add_rows(p.ids, p.kind, p.bbox, p.circle, p.moving, p.n_clauses, lens, tids)
+        self.tag[out[0]] = p.tags
+        return out
+
+    def _add_rows(self, ids, kinds, boxes, circles, moving, n_cl, lens, flat):
+        """The rows of new subscriptions ``ids`` (distinct, none present) from their columns:
+        regions, moving flags, clauses per subscription ``n_cl``, terms per clause ``lens``,
+        every clause's term ids ``flat`` (each clause's ascending). Returns ``add_many``'s."""
+        n = len(ids)
         free = self.free_slots
         taken = [free.pop() for _ in range(min(len(free), n))]
         start = self.n_slots
@@ -258,16 +319,15 @@ class SubscriptionStore:
         slots = np.array(slot_list, np.int64)
         # rows all new (no freed one reused) are written through slices, cheaper than an index
         at = slots if taken else slice(start, self.n_slots)
-        kinds, boxes, circles = zip(*[region_columns(s.region) for s in subs], strict=True)
-        self._init_rows(at, kinds, boxes, circles, [s.moving for s in subs])
-        n_terms = sum(len(ids) for cl in clause_ids for ids in cl)
+        self._init_rows(at, kinds, boxes, circles, moving)
+        n_terms = len(flat)
         self._grow_terms(self.n_terms + n_terms)  # may compact: positions are taken after it
         reuse = any(self.free_clauses.values())
         first_row = self.n_clause_rows
+        n_cl = np.asarray(n_cl, np.int64)
         firsts = []
         rows: list[int] = []
-        for cl in clause_ids:
-            k = len(cl)
+        for k in n_cl.tolist():
             first = self._clause_rows(k)
             firsts.append(first)
             if reuse:
@@ -279,18 +339,18 @@ class SubscriptionStore:
         else:
             r = np.arange(first_row, self.n_clause_rows, dtype=np.int64)
             cl_at = slice(first_row, self.n_clause_rows)
-        n_cl = [len(cl) for cl in clause_ids]
-        lens = [len(ids) for cl in clause_ids for ids in cl]
         pos = self.n_terms
-        offs = np.cumsum([pos, *lens])
+        offs = np.empty(len(lens) + 1, np.int64)
+        offs[0] = pos
+        np.cumsum(lens, out=offs[1:])
+        offs[1:] += pos
         self.cl_sub[cl_at] = np.repeat(slots, n_cl)
         self.cl_off[cl_at] = offs[:-1]
         self.cl_len[cl_at] = lens
-        self.terms[pos : pos + n_terms] = [t for cl in clause_ids for ids in cl for t in ids]
+        self.terms[pos : pos + n_terms] = flat
         self.n_terms = pos + n_terms
         self.first_clause[at] = firsts
         self.n_clauses[at] = n_cl
-        ids = [s.id for s in subs]
         self.ids[at] = ids
         self.slot_of.update(zip(ids, slot_list, strict=True))
         off = np.zeros(n + 1, np.int64)

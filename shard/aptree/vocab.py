@@ -158,6 +158,71 @@ def _lookup_joined(tab, kb, id_of_key, buf, out):
     return True
 
 
+@njit(cache=True)
+def span_ids(tab, kb, id_of_key, buf, starts, ends, out):
+    """The id of each term ``buf[starts[i]:ends[i]]`` into ``out`` (-1: unknown); returns how
+    many are unknown. (``VocabTable``'s arrays, for a caller's compiled code.)"""
+    _lookup_spans(tab, kb, buf, starts, ends, out)
+    missing = 0
+    for i in range(out.shape[0]):
+        k = out[i]
+        if k >= 0:
+            out[i] = id_of_key[k]
+        else:
+            missing += 1
+    return missing
+
+
+@njit(cache=True)
+def _add_spans(tab, kb, ko, id_of_key, n_keys, buf, starts, ends, ids):
+    """``VocabTable.add_spans`` in one call: each key ``buf[starts[i]:ends[i]]`` found gets
+    ``ids[i]``, one not found is appended (its bytes, its id) and hashed in. Returns the new
+    number of keys, or -1, with nothing changed, when the arrays lack the room."""
+    n = starts.shape[0]
+    n_bytes = 0
+    for i in range(n):
+        n_bytes += ends[i] - starts[i]
+    if (
+        n_keys + n > id_of_key.shape[0]
+        or ko[n_keys] + n_bytes > kb.shape[0]
+        or 2 * (n_keys + n) > tab.shape[0]
+    ):
+        return -1
+    mask = tab.shape[0] - 1
+    for i in range(n):
+        a, b = starts[i], ends[i]
+        h = _fnv(buf, a, b)
+        hi = np.int64(h)
+        j = np.int64(h & np.uint64(mask))
+        found = -1
+        while tab[j, _K] >= 0:
+            if tab[j, _H] == hi and tab[j, _LEN] == b - a:
+                off = tab[j, _OFF]
+                same = True
+                for x in range(b - a):
+                    if kb[off + x] != buf[a + x]:
+                        same = False
+                        break
+                if same:
+                    found = tab[j, _K]
+                    break
+            j = (j + 1) & mask
+        if found >= 0:
+            id_of_key[found] = ids[i]
+            continue
+        off = ko[n_keys]
+        for x in range(b - a):
+            kb[off + x] = buf[a + x]
+        ko[n_keys + 1] = off + b - a
+        id_of_key[n_keys] = ids[i]
+        tab[j, _H] = hi
+        tab[j, _K] = n_keys
+        tab[j, _OFF] = off
+        tab[j, _LEN] = b - a
+        n_keys += 1
+    return n_keys
+
+
 def _utf8(terms: Sequence[str]) -> bytes:
     # surrogatepass: a lone surrogate (valid in a JSON string) is a term like any other
     return "\x00".join(terms).encode("utf-8", "surrogatepass")
@@ -183,30 +248,35 @@ class VocabTable:
         if n == 0:
             return
         ids = np.fromiter(ids, np.int32, n)
-        keys = self._keys(terms)
-        found = keys >= 0
-        self.id_of_key[keys[found]] = ids[found]
-        if found.all():
-            return
-        new = np.flatnonzero(~found)
-        parts = [terms[i].encode("utf-8", "surrogatepass") for i in new.tolist()]
-        n = len(parts)
-        lens = np.fromiter(map(len, parts), np.int64, n)
-        blob = np.frombuffer(b"".join(parts), np.uint8)
-        k0, b0 = self.n_keys, int(self.ko[self.n_keys])
-        self._reserve(k0 + n, b0 + blob.shape[0])
-        self.kb[b0 : b0 + blob.shape[0]] = blob
-        self.ko[k0 + 1 : k0 + n + 1] = b0 + np.cumsum(lens)
-        self.id_of_key[k0 : k0 + n] = ids[new]
-        self.n_keys = k0 + n
-        if 2 * self.n_keys > self.tab.shape[0]:
+        joined = _utf8(terms)
+        if joined.count(b"\x00") == n - 1:
+            buf = np.frombuffer(joined, np.uint8)
+            starts, ends = _split_joined(buf, n)
+        else:  # a term holds the separator: every term's span
+            parts = [t.encode("utf-8", "surrogatepass") for t in terms]
+            ends = np.cumsum(np.fromiter(map(len, parts), np.int64, n))
+            starts = ends - np.fromiter(map(len, parts), np.int64, n)
+            buf = np.frombuffer(b"".join(parts), np.uint8)
+        self.add_spans(buf, starts, ends, ids)
+
+    def add_spans(
+        self, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, ids: np.ndarray
+    ) -> None:
+        """``add`` of the terms ``buf[starts[i]:ends[i]]`` (UTF-8 bytes; ``ids`` int32) in one
+        compiled call: terms read straight from a round's bytes (``shard.wire_subscribes``), or
+        ``add``'s. O(their bytes), and O(keys) when the hash table doubles."""
+        k = _add_spans(self.tab, self.kb, self.ko, self.id_of_key, self.n_keys, buf, starts, ends, ids)  # fmt: skip
+        if k < 0:
+            n = starts.shape[0]
+            self._reserve(self.n_keys + n, int(self.ko[self.n_keys] + (ends - starts).sum()))
             size = self.tab.shape[0]
-            while 2 * self.n_keys > size:
-                size *= 2
-            self.tab = np.full((size, 4), -1, np.int64)
-            _rehash(self.tab, self.kb, self.ko, self.n_keys)
-        else:
-            _rehash_range(self.tab, self.kb, self.ko[k0 : k0 + n + 1], k0, n)
+            if 2 * (self.n_keys + n) > size:
+                while 2 * (self.n_keys + n) > size:
+                    size *= 2
+                self.tab = np.full((size, 4), -1, np.int64)
+                _rehash(self.tab, self.kb, self.ko, self.n_keys)
+            k = _add_spans(self.tab, self.kb, self.ko, self.id_of_key, self.n_keys, buf, starts, ends, ids)  # fmt: skip
+        self.n_keys = k
 
     def copy(self) -> VocabTable:
         """An independent table with the same keys and ids."""
@@ -240,6 +310,14 @@ class VocabTable:
             if _lookup_joined(self.tab, self.kb, self.id_of_key, buf, out):
                 return out
         return self.lookup([t for terms in term_lists for t in terms])
+
+    def lookup_spans(self, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """The id of each term ``buf[starts[i]:ends[i]]`` (its UTF-8 bytes; int32, -1:
+        unknown): terms read straight from a round's bytes (``shard.wire_subscribes``)."""
+        out = np.empty(starts.shape[0], np.int32)
+        if out.shape[0]:
+            span_ids(self.tab, self.kb, self.id_of_key, buf, starts, ends, out)
+        return out
 
     def _ids_of(self, keys: np.ndarray) -> np.ndarray:
         return np.where(keys >= 0, self.id_of_key[keys], -1).astype(np.int32)
@@ -275,14 +353,6 @@ class VocabTable:
             self.ko = _grown(self.ko, cap + 1)
         if key_bytes > self.kb.shape[0]:
             self.kb = _grown(self.kb, max(key_bytes, 2 * self.kb.shape[0]))
-
-
-@njit(cache=True)
-def _rehash_range(tab, kb, sub_ko, k0, n):
-    for i in range(n):
-        a = sub_ko[i]
-        b = sub_ko[i + 1]
-        _insert(tab, _fnv(kb, a, b), k0 + i, a, b - a)
 
 
 def _grown(a: np.ndarray, cap: int) -> np.ndarray:

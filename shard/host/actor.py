@@ -53,7 +53,7 @@ from shard.host.channel import ChannelServer
 from shard.host.heap import GcPauses, freeze_long_lived
 from shard.host.warmup import warm_up_shard
 from shard.model import subscriptions_from_rows
-from shard.ops import apply_ops
+from shard.ops import apply_round
 from shard.state import ShardState
 from shard.wire import dumps_result, loads_ops
 
@@ -142,18 +142,18 @@ class ShardActor:
     @_locked
     def apply_wire(self, ops: bytes, now: float) -> bytes:
         """One coordinator round: advance to ``now``, then the operations in order
-        (``shard.ops.apply_ops``), the operations and the answer as ``shard.wire`` bytes
+        (``shard.ops.apply_round``), the operations and the answer as ``shard.wire`` bytes
         (msgpack: what the channel carries; nothing is unpickled)."""
-        return dumps_result(self._timed_round(loads_ops(ops), now))
+        return dumps_result(self._timed_round(ops, now))
 
-    def _timed_round(self, ops: Sequence[tuple], now: float):
+    def _timed_round(self, data: bytes, now: float):
         state = self._live()
         rebuilt = state.rebuilds
         t0 = time.perf_counter()
-        out = apply_ops(state, ops, now)
+        out = apply_round(state, data, now)
         took = time.perf_counter() - t0
         if took > SLOW_ROUND_S:
-            kinds = collections.Counter(op[0] for op in ops if isinstance(op, tuple) and op)
+            kinds = collections.Counter(op[0] for op in loads_ops(data))  # (it was read once)
             log.warning(
                 "%s shard %d: a round took %.0f ms: %s; %d subtrees rebuilt; %d live messages",
                 time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(time.time() - took)),

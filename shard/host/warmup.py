@@ -16,8 +16,9 @@ from typing import Any
 from shard.applus.mlists import ensure_rows, new_mlists
 from shard.aptree.vocab import VocabTable
 from shard.model import Circle, Message, Point, Rect, Subscription, subscription_from_dict
-from shard.ops import apply_ops
+from shard.ops import apply_ops, apply_round
 from shard.state import ShardState
+from shard.wire import dumps_ops
 
 N_SUBS = 200
 VOCAB_FIRST_ROWS = 1024
@@ -53,10 +54,10 @@ def warm_up_shard(options: dict[str, Any] | None = None) -> None:
     apply_ops(state, ops, 0.0)
     apply_ops(state, [("move", f"w{i}", Point(i % 3, 0.5)) for i in range(N_SUBS)], 1.0)
     extra = [
-        Subscription("x", (("a",), ("b1", "b2")), Rect(0, 0, 1, 1), moving=True),
+        Subscription("x", (("a",), ("b1", "n1")), Rect(0, 0, 1, 1), moving=True),  # a new term
         Subscription("c", (("a",),), Circle(0.5, 0.5, 50_000.0)),
     ]
-    apply_ops(state, [("sub", s) for s in extra], 2.0)
+    apply_round(state, dumps_ops([("sub", s, i) for i, s in enumerate(extra)]), 2.0)  # as columns
     apply_ops(state, [("detach", "w1"), ("unsub", "w2"), ("move", "x", Point(5, 0.5))], 3.0)
     apply_ops(state, [], 10.0)
     if hasattr(state.tree, "purge"):  # the AP+-Tree's lazy deletion
