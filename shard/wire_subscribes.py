@@ -165,8 +165,10 @@ def _scan(buf):
     one, else the fast path does not take it (nothing is said why: the general path will)."""
     end = buf.shape[0]
     n, p = _array_len(buf, 0, end)
+    if n > end:  # (an operation takes more than a byte: a header that lies allocates nothing)
+        n = -1
     cap = end // 2 + 1
-    id_a = np.empty(max(n, 0), np.int64)
+    id_a = np.empty(max(n, 0), np.int64)  # each id's bytes
     id_b = np.empty(max(n, 0), np.int64)
     n_cl = np.empty(max(n, 0), np.int32)
     kind = np.empty(max(n, 0), np.int8)
@@ -274,7 +276,28 @@ def _scan(buf):
         i += 1
     if status == 0 and p != end:
         status = 3
-    return status, id_a, id_b, n_cl, cl_len[:n_clauses], t_a[:n_terms], t_b[:n_terms], kind, geo, circ, moving, tags  # fmt: skip
+    joined = np.empty(0, np.uint8)
+    if status == 0:  # the ids, joined by NUL (which no valid id holds), to decode at once
+        size = n - 1
+        for i in range(n):
+            size += id_b[i] - id_a[i]
+        joined = np.empty(size, np.uint8)
+        q = 0
+        for i in range(n):
+            chars = 0
+            for x in range(id_a[i], id_b[i]):
+                c = buf[x]
+                if c == 0:
+                    status = 4
+                chars += c & 0xC0 != 0x80
+                joined[q] = c
+                q += 1
+            if not 1 <= chars <= MAX_ID_LEN:
+                status = 4
+            if i < n - 1:
+                joined[q] = 0
+                q += 1
+    return status, joined, n_cl, cl_len[:n_clauses], t_a[:n_terms], t_b[:n_terms], kind, geo, circ, moving, tags  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -305,12 +328,10 @@ def read_plain_subscribes(data: bytes) -> PlainSubscribes | None:
     plain subscribes with distinct, valid ids and valid fields; None otherwise (module
     docstring). O(bytes)."""
     buf = np.frombuffer(data, np.uint8)
-    status, id_a, id_b, n_cl, cl_len, t_a, t_b, kind, bbox, circle, moving, tags = _scan(buf)
+    status, joined, n_cl, cl_len, t_a, t_b, kind, bbox, circle, moving, tags = _scan(buf)
     if status:
         return None
-    ids = [data[a:b].decode() for a, b in zip(id_a.tolist(), id_b.tolist(), strict=True)]
-    if len(set(ids)) != len(ids) or not all(
-        1 <= len(i) <= MAX_ID_LEN and i.isprintable() for i in ids
-    ):  # (shard.model.validate_id)
+    ids = joined.tobytes().decode().split("\x00")  # (the scan checked their lengths)
+    if len(set(ids)) != len(ids) or not all(map(str.isprintable, ids)):  # (validate_id)
         return None
     return PlainSubscribes(ids, tags, kind, bbox, circle, moving, n_cl, cl_len, buf, t_a, t_b)

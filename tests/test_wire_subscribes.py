@@ -177,6 +177,16 @@ def test_the_fast_path_leaves_every_other_round_to_the_general_one(items: list) 
     assert read_plain_subscribes(data + b"\xc0") is None  # (bytes after the round)
 
 
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"\xdd\xff\xff\xff\xff", b"\x91\xdd\xff\xff\xff\xff", b"\xc0", b"\x91\x98\xa1S"],
+)
+def test_bytes_that_are_no_round_are_left_to_the_general_path(data: bytes) -> None:
+    """Cut short, or headers announcing more than the bytes hold (4 billion operations in 5
+    bytes): None, with nothing allocated for what the header claims."""
+    assert read_plain_subscribes(data) is None
+
+
 def test_what_the_fast_path_reads_is_what_the_general_path_reads() -> None:
     """Rounds in every encoding msgpack allows for a field (ints, float32, long strings,
     16-bit array headers), then random damage to them: whatever the fast path takes, the
