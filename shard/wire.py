@@ -118,7 +118,9 @@ def dumps_ops(ops: Sequence[tuple]) -> bytes:
     return msgpack.packb([_op(op) for op in ops])
 
 
-def _region(r: Sequence) -> Region:
+def _region(r: Any) -> Region:
+    if not isinstance(r, tuple) or not r:
+        raise ValidationError("region", r, "must be [0, x0, y0, x1, y1], [1, lon, lat, radius_m] or [2, rings, box]")  # fmt: skip
     if r[0] == 0 and len(r) == 5:
         return Rect(float(r[1]), float(r[2]), float(r[3]), float(r[4]))
     if r[0] == 1 and len(r) == 4:
@@ -238,10 +240,10 @@ def loads_ops(data: bytes) -> list[tuple]:
         raise ValidationError("ops", type(wire).__name__, "must be a list")
     try:
         return [_decode_op(i, w) for i, w in enumerate(wire)]
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, IndexError, KeyError) as exc:
         if isinstance(exc, ValidationError):
             raise
-        raise ValidationError("ops", "...", f"malformed operation: {exc}") from None
+        raise ValidationError("ops", "...", f"malformed operation: {exc!r}") from None
 
 
 def _error(exc: Exception) -> dict:

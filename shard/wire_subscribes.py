@@ -39,6 +39,10 @@ from shard.geometry import circle_bbox
 from shard.limits import MAX_CLAUSE_TERMS, MAX_CLAUSES, MAX_ID_LEN, MAX_RADIUS_M
 
 _BAD = -1
+MIN_OP_BYTES = 18
+"""The fewest bytes a plain "S" operation takes (``[S, a, [[b]], [1, 0, 0, 1], false, nil,
+nil, -1]``): a round's header claiming more operations than its bytes can hold is refused
+before anything is allocated for them."""
 
 
 @njit(cache=True)
@@ -165,18 +169,18 @@ def _scan(buf):
     one, else the fast path does not take it (nothing is said why: the general path will)."""
     end = buf.shape[0]
     n, p = _array_len(buf, 0, end)
-    if n > end:  # (an operation takes more than a byte: a header that lies allocates nothing)
+    if n > (end - p) // MIN_OP_BYTES:  # a header that lies: nothing allocated for its claim
         n = -1
-    cap = end // 2 + 1
+    cap = end // 2 + 1  # (a term takes 2 bytes or more, a clause 3)
     id_a = np.empty(max(n, 0), np.int64)  # each id's bytes
     id_b = np.empty(max(n, 0), np.int64)
     n_cl = np.empty(max(n, 0), np.int32)
     kind = np.empty(max(n, 0), np.int8)
-    geo = np.zeros((max(n, 0), 4), np.float64)
-    circ = np.zeros((max(n, 0), 3), np.float64)
+    geo = np.empty((max(n, 0), 4), np.float64)
+    circ = np.empty((max(n, 0), 3), np.float64)
     moving = np.empty(max(n, 0), np.bool_)
     tags = np.empty(max(n, 0), np.int32)
-    cl_len = np.empty(cap, np.int32)
+    cl_len = np.empty(end // 3 + 1, np.int32)
     t_a = np.empty(cap, np.int64)
     t_b = np.empty(cap, np.int64)
     b8 = np.empty(8, np.uint8)
@@ -238,6 +242,7 @@ def _scan(buf):
         if r == 5:
             if not (-180.0 <= x0 <= x1 <= 180.0 and -90.0 <= y0 <= y1 <= 90.0):
                 break
+            circ[i, 0], circ[i, 1], circ[i, 2] = 0.0, 0.0, 0.0
         elif not (-180.0 <= x0 <= 180.0 and -90.0 <= y0 <= 90.0 and 0.0 < x1 <= MAX_RADIUS_M):
             break
         else:  # a circle: indexed by its box
@@ -328,7 +333,11 @@ def read_plain_subscribes(data: bytes) -> PlainSubscribes | None:
     plain subscribes with distinct, valid ids and valid fields; None otherwise (module
     docstring). O(bytes)."""
     buf = np.frombuffer(data, np.uint8)
-    status, joined, n_cl, cl_len, t_a, t_b, kind, bbox, circle, moving, tags = _scan(buf)
+    try:
+        scanned = _scan(buf)
+    except MemoryError:  # (its arrays are a few times the round's bytes: the general path says)
+        return None
+    status, joined, n_cl, cl_len, t_a, t_b, kind, bbox, circle, moving, tags = scanned
     if status:
         return None
     ids = joined.tobytes().decode().split("\x00")  # (the scan checked their lengths)

@@ -90,6 +90,8 @@ class _Evil:
         msgpack.packb([1, 2]),
         msgpack.packb([[["P"] * 3] * 3] * 3),
         msgpack.packb([]) + b"x",  # trailing bytes
+        msgpack.packb([["S", "a", [["x"]], [], False, None, None, -1]]),  # an empty region
+        msgpack.packb([["S", "a", [["x"]], {"k": 1}, False, None, None, -1]]),  # a map
     ],
 )
 def test_what_is_not_a_round_raises_validation_error(data, capsys):

@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 import random
 import struct
+import subprocess
+import sys
 
 import msgpack
 import numpy as np
@@ -185,6 +187,30 @@ def test_bytes_that_are_no_round_are_left_to_the_general_path(data: bytes) -> No
     """Cut short, or headers announcing more than the bytes hold (4 billion operations in 5
     bytes): None, with nothing allocated for what the header claims."""
     assert read_plain_subscribes(data) is None
+
+
+_LYING_HEADER = r"""
+import resource
+from shard.wire_subscribes import _scan, read_plain_subscribes
+import numpy as np
+read_plain_subscribes(b"\x90")  # (loaded before the limit)
+vm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmSize"))
+resource.setrlimit(resource.RLIMIT_AS, ((vm + 300_000) * 1024, resource.RLIM_INFINITY))
+data = b"\xdd\x01\x31\x2d\x00" + bytes(20_000_000)  # 20,000,000 operations claimed
+status = _scan(np.frombuffer(data, np.uint8))[0]
+print(status, read_plain_subscribes(data))
+"""
+
+
+def test_a_header_claiming_more_operations_than_its_bytes_allocates_nothing_for_them() -> None:
+    """20 MB of zeros under a header claiming 20 million operations, the address space limited
+    to 300 MB more: the scan refuses the claim before allocating for it (rows for each claimed
+    operation would take ~1.6 GB)."""
+    out = subprocess.run(
+        [sys.executable, "-c", _LYING_HEADER], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["1", "None"]
 
 
 def test_what_the_fast_path_reads_is_what_the_general_path_reads() -> None:
