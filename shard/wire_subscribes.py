@@ -30,6 +30,7 @@ True
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,6 +40,7 @@ from shard.geometry import circle_bbox
 from shard.limits import MAX_CLAUSE_TERMS, MAX_CLAUSES, MAX_ID_LEN, MAX_RADIUS_M
 
 _BAD = -1
+_BIG_ENDIAN_HOST = sys.byteorder == "big"
 MIN_OP_BYTES = 18
 """The fewest bytes a plain "S" operation takes (``[S, a, [[b]], [1, 0, 0, 1], false, nil,
 nil, -1]``): a round's header claiming more operations than its bytes can hold is refused
@@ -332,6 +334,8 @@ def read_plain_subscribes(data: bytes) -> PlainSubscribes | None:
     """The round ``data`` (``shard.wire.dumps_ops``' bytes) as columns when it holds only
     plain subscribes with distinct, valid ids and valid fields; None otherwise (module
     docstring). O(bytes)."""
+    if _BIG_ENDIAN_HOST:  # (the scan turns msgpack's big-endian floats around for this host)
+        return None
     buf = np.frombuffer(data, np.uint8)
     try:
         scanned = _scan(buf)
