@@ -56,35 +56,36 @@ def _uint(buf, p, n):
 
 
 @njit(cache=True)
-def _array_len(buf, p, end):
-    """(items, next position) of an array header at ``p``; items -1 when there is none."""
+def _header(buf, p, end, fix, fix_mask, wide, wide_log, n_wide):
+    """(length, first byte after the header) of a msgpack length header at ``p``: a "fix" code
+    (``fix`` ... ``fix + fix_mask``, the length in its low bits) or one of ``n_wide`` codes from
+    ``wide`` whose length follows in 2**(``wide_log`` + k) big-endian bytes; length -1 when there
+    is no such header or it is cut short."""
     if p >= end:
         return _BAD, p
-    b = buf[p]
-    if 0x90 <= b <= 0x9F:
-        return np.int64(b & 0x0F), p + 1
-    if b == 0xDC and p + 3 <= end:
-        return _uint(buf, p + 1, 2), p + 3
-    if b == 0xDD and p + 5 <= end:
-        return _uint(buf, p + 1, 4), p + 5
+    b = np.int64(buf[p])
+    if fix <= b <= fix + fix_mask:
+        return b & fix_mask, p + 1
+    if wide <= b < wide + n_wide:
+        n = 1 << (wide_log + b - wide)
+        if p + 1 + n <= end:
+            return _uint(buf, p + 1, n), p + 1 + n
     return _BAD, p
 
 
 @njit(cache=True)
+def _array_len(buf, p, end):
+    """(items, next position) of an array header at ``p`` (fixarray, array 16, array 32);
+    items -1 when there is none."""
+    return _header(buf, p, end, 0x90, 0x0F, 0xDC, 1, 2)
+
+
+@njit(cache=True)
 def _str_span(buf, p, end):
-    """(start, stop) of a string's bytes at ``p`` (start -1: no string there, or cut short)."""
-    if p >= end:
-        return _BAD, p
-    b = buf[p]
-    if 0xA0 <= b <= 0xBF:
-        a, n = p + 1, np.int64(b & 0x1F)
-    elif b == 0xD9 and p + 2 <= end:
-        a, n = p + 2, _uint(buf, p + 1, 1)
-    elif b == 0xDA and p + 3 <= end:
-        a, n = p + 3, _uint(buf, p + 1, 2)
-    elif b == 0xDB and p + 5 <= end:
-        a, n = p + 5, _uint(buf, p + 1, 4)
-    else:
+    """(start, stop) of a string's bytes at ``p`` (fixstr, str 8, 16, 32; start -1: no string
+    there, or cut short)."""
+    n, a = _header(buf, p, end, 0xA0, 0x1F, 0xD9, 0, 3)
+    if n < 0:
         return _BAD, p
     if a + n > end:
         return _BAD, p
